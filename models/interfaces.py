@@ -1,0 +1,43 @@
+"""The seams between the torch Whisper model, Whisper's logit rules and the speculative loop.
+
+A ``DecoderSession`` is a decoder bound to one window's encoder output, with its own KV cache.
+The target model and the draft decoder both expose one, so the speculative loop treats them alike.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+
+
+class DecoderSession(Protocol):
+    """A decoder with an explicit KV cache over one encoded window (batch size 1)."""
+
+    @property
+    def length(self) -> int:
+        """Number of tokens currently in the KV cache."""
+        ...
+
+    def forward(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Append T new tokens to the cache in one pass.
+
+        Returns logits (T, V), float32: row i predicts the token after tokens[i].
+        """
+        ...
+
+    def crop(self, length: int) -> None:
+        """Drop cached positions >= length (roll back rejected tokens)."""
+        ...
+
+
+class LogitRules(Protocol):
+    """Whisper's decoding rules (suppression, blank at the first step, timestamp rules).
+
+    ``generated`` is what was generated so far after the start sequence (sample_begin);
+    the rules depend only on it, so the verifier can apply them at each drafted position.
+    """
+
+    def apply(self, logits: torch.Tensor, generated: Sequence[int]) -> torch.Tensor:
+        """logits: (V,) float32 -> filtered logits (V,), -inf where a token is not allowed."""
+        ...

@@ -1,0 +1,166 @@
+"""Frozen value types shared by the engines, the speculative decoder and the pipeline.
+
+Times are seconds (float). Inside a WindowResult they are relative to the window's start;
+the pipeline shifts them to absolute stream/file time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Task = Literal["transcribe", "translate"]
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word with its time span.
+
+    Attributes:
+        start: start time in seconds.
+        end: end time in seconds.
+        text: the word as decoded, usually with its leading space.
+        probability: mean token probability of the word under the target.
+    """
+
+    start: float
+    end: float
+    text: str
+    probability: float = 1.0
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of text between two timestamp tokens (or a whole window without timestamps).
+
+    Attributes:
+        start, end: seconds.
+        text: decoded text of the segment.
+        tokens: the text token ids of the segment (no timestamp tokens).
+        words: word timings, empty unless word timestamps were asked for.
+    """
+
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...] = ()
+    words: tuple[Word, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpecStats:
+    """Speculative-decoding counters for one decode, or summed over many.
+
+    Attributes:
+        target_passes: decoder passes of the target model (prompt prefill excluded).
+        tokens: tokens emitted (end-of-text included).
+        drafted: tokens proposed by drafters.
+        accepted: drafted tokens the target agreed with.
+        draft_ms: wall time spent in drafters.
+        verify_ms: wall time spent in target decoder passes and the logit rules.
+    """
+
+    target_passes: int = 0
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        return self.tokens / self.target_passes if self.target_passes else 0.0
+
+    def __add__(self, other: "SpecStats") -> "SpecStats":
+        return SpecStats(
+            target_passes=self.target_passes + other.target_passes,
+            tokens=self.tokens + other.tokens,
+            drafted=self.drafted + other.drafted,
+            accepted=self.accepted + other.accepted,
+            draft_ms=self.draft_ms + other.draft_ms,
+            verify_ms=self.verify_ms + other.verify_ms,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["acceptance_rate"] = round(self.acceptance_rate, 4)
+        out["tokens_per_target_pass"] = round(self.tokens_per_target_pass, 4)
+        out["draft_ms"] = round(self.draft_ms, 2)
+        out["verify_ms"] = round(self.verify_ms, 2)
+        return out
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """What to decode from one encoded window.
+
+    Attributes:
+        task: "transcribe" or "translate" (to English).
+        language: ISO code such as "en"; None detects it from the audio.
+        timestamps: emit timestamp tokens (segments); False puts <|notimestamps|> in the prompt.
+        prompt_tokens: previous text (or an initial prompt) as token ids, placed after <|startofprev|>.
+        temperature: 0 for greedy; > 0 samples (Whisper's fallback).
+        max_new_tokens: cap on generated tokens (Whisper: 448 // 2).
+        suppress_blank: suppress a leading blank and end-of-text at the first generated step.
+        suppress_tokens: ids to suppress at every step; -1 means the model's non-speech set.
+        hypothesis_tokens: an earlier decode of (nearly) the same audio, as generated tokens,
+            for the previous-hypothesis drafter (streaming re-decodes).
+        max_initial_timestamp: latest allowed first timestamp, seconds.
+        seed: seed for sampling, so a fallback decode can be reproduced.
+    """
+
+    task: Task = "transcribe"
+    language: str | None = None
+    timestamps: bool = True
+    prompt_tokens: tuple[int, ...] = ()
+    temperature: float = 0.0
+    max_new_tokens: int = 224
+    suppress_blank: bool = True
+    suppress_tokens: tuple[int, ...] = (-1,)
+    hypothesis_tokens: tuple[int, ...] = ()
+    max_initial_timestamp: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """The decode of one window (at most 30 s).
+
+    Attributes:
+        tokens: generated ids, timestamps included, without the start sequence and end-of-text.
+        text: decoded text (timestamps removed).
+        segments: segments with times relative to the window start.
+        language: the language used (given or detected).
+        language_probability: detection probability (1.0 when the language was given).
+        avg_logprob: sum of the chosen tokens' log-probabilities / (len(tokens) + 1).
+        no_speech_prob: probability of <|nospeech|> at the first step.
+        temperature: temperature this result was decoded at.
+        stats: speculative-decoding counters for this decode.
+    """
+
+    tokens: tuple[int, ...]
+    text: str
+    segments: tuple[Segment, ...]
+    language: str
+    language_probability: float = 1.0
+    avg_logprob: float = 0.0
+    no_speech_prob: float = 0.0
+    temperature: float = 0.0
+    stats: SpecStats = field(default_factory=SpecStats)
+
+
+@dataclass(frozen=True)
+class EncodedAudio:
+    """An engine's encoding of one window; decode it as often as needed (transcribe and translate).
+
+    Attributes:
+        duration: seconds of real audio in the window (<= 30).
+        handle: engine-private encoder output (torch tensor (1, n_ctx, d) or a CTranslate2 StorageView).
+    """
+
+    duration: float
+    handle: Any

@@ -1,0 +1,89 @@
+"""Audio constants and decoding: one place for sample rate, window length and frame sizes.
+
+Every other module derives its sizes from these. Times are in seconds (float) everywhere
+outside this module; sample offsets are ints at SAMPLE_RATE.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+
+def _exact_div(x: int, y: int) -> int:
+    assert x % y == 0, (x, y)
+    return x // y
+
+
+SAMPLE_RATE = 16_000  # Hz, what Whisper was trained on
+N_FFT = 400
+HOP_LENGTH = 160  # samples between mel frames (10 ms)
+CHUNK_LENGTH = 30  # seconds in one Whisper window
+N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480_000 samples in a window
+N_FRAMES = _exact_div(N_SAMPLES, HOP_LENGTH)  # 3000 mel frames in a window
+N_SAMPLES_PER_TOKEN = HOP_LENGTH * 2  # the encoder's conv2 has stride 2
+FRAMES_PER_SECOND = _exact_div(SAMPLE_RATE, HOP_LENGTH)  # 100
+TOKENS_PER_SECOND = _exact_div(SAMPLE_RATE, N_SAMPLES_PER_TOKEN)  # 50 encoder positions a second
+TIME_PRECISION = 1 / TOKENS_PER_SECOND  # 0.02 s per timestamp token
+
+
+class AudioError(Exception):
+    """An input that cannot be read as audio. The message names the reason; callers add the file."""
+
+
+def load_audio(source: str | Path | bytes | BinaryIO) -> np.ndarray:
+    """Decode any file PyAV can read (wav, flac, mp3, m4a, ogg, opus, a video's audio track).
+
+    Returns float32 mono samples at SAMPLE_RATE, shape (n_samples,).
+    Raises AudioError with a one-line reason for missing, empty, corrupt or non-audio input.
+    """
+    import av  # imported here: PyAV is slow to import and only file paths need it
+
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.exists():
+            raise AudioError("no such file")
+        if path.is_dir():
+            raise AudioError("is a directory")
+        if path.stat().st_size == 0:
+            raise AudioError("empty file (0 bytes)")
+        stream: str | BinaryIO = str(path)
+    elif isinstance(source, bytes):
+        if not source:
+            raise AudioError("empty input (0 bytes)")
+        stream = io.BytesIO(source)
+    else:
+        stream = source
+
+    try:
+        with av.open(stream, mode="r", metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                raise AudioError("no audio stream (not an audio or video file?)")
+            resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
+            parts: list[np.ndarray] = []
+            for frame in container.decode(audio=0):
+                for out in resampler.resample(frame):
+                    parts.append(out.to_ndarray().reshape(-1))
+            for out in resampler.resample(None):  # flush
+                parts.append(out.to_ndarray().reshape(-1))
+    except AudioError:
+        raise
+    except av.error.InvalidDataError as exc:
+        raise AudioError(f"not a readable audio file ({exc.strerror or 'invalid data'})") from None
+    except (av.error.FFmpegError, ValueError, OSError) as exc:
+        raise AudioError(f"cannot decode audio ({type(exc).__name__}: {exc})") from None
+
+    if not parts:
+        raise AudioError("no audio samples decoded (empty or corrupt stream)")
+    pcm = np.concatenate(parts)
+    return (pcm.astype(np.float32) / 32768.0).astype(np.float32)
+
+
+def pcm16_to_float(data: bytes) -> np.ndarray:
+    """Little-endian signed 16-bit PCM bytes -> float32 in [-1, 1), shape (n,)."""
+    if len(data) % 2:
+        raise AudioError("odd number of bytes for 16-bit PCM")
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0

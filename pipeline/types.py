@@ -1,0 +1,83 @@
+"""Value types of the streaming pipeline. Times are seconds of audio from the stream's start,
+except `emitted_at`, which is wall-clock seconds since the stream started."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specscribe.models.types import Segment, SpecStats, Task, Word
+
+__all__ = ["CaptionEvent", "EventType", "Segment", "SpecStats", "StreamOptions", "Word"]
+
+EventType = Literal["partial", "final", "translation", "speech_start", "speech_end", "stats"]
+
+
+@dataclass(frozen=True)
+class CaptionEvent:
+    """One thing a stream tells its listeners.
+
+    Attributes:
+        type: partial | final | translation | speech_start | speech_end | stats.
+        emitted_at: wall-clock seconds since the stream started.
+        id: for final, its number in the stream (0, 1, ...); for translation, the id of the final it translates.
+        start, end: seconds of audio (partial, final, translation, speech_start/end).
+        text: the caption text.
+        words: word timings of a final.
+        stats: for stats events, counters (SpecStats.to_dict() plus stream figures).
+    """
+
+    type: EventType
+    emitted_at: float
+    id: int | None = None
+    start: float | None = None
+    end: float | None = None
+    text: str = ""
+    words: tuple[Word, ...] = ()
+    stats: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "emitted_at": round(self.emitted_at, 3)}
+        if self.id is not None:
+            out["id"] = self.id
+        if self.start is not None:
+            out["start"] = round(self.start, 3)
+        if self.end is not None:
+            out["end"] = round(self.end, 3)
+        if self.type in ("partial", "final", "translation"):
+            out["text"] = self.text
+        if self.type == "final":
+            out["words"] = [
+                {"start": round(w.start, 3), "end": round(w.end, 3), "text": w.text, "probability": round(w.probability, 3)}
+                for w in self.words
+            ]
+        if self.stats is not None:
+            out["stats"] = self.stats
+        return out
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """Options of one streaming session.
+
+    Attributes:
+        language: ISO code, or None to detect it once enough speech has arrived.
+        task: "transcribe" or "translate" for the main captions.
+        translate: also emit an English `translation` event for each final.
+        interim_results: emit `partial` events.
+        update_interval: seconds of new audio between decode updates.
+        max_buffer: seconds of uncommitted audio kept at most (a Whisper window is 30 s).
+        vad_threshold: Silero speech probability above which a frame is speech.
+        min_silence: seconds of silence that end an utterance (speech_end, flush).
+        draft: use the previous hypothesis (then the draft decoder) as drafts.
+    """
+
+    language: str | None = None
+    task: Task = "transcribe"
+    translate: bool = False
+    interim_results: bool = True
+    update_interval: float = 0.5
+    max_buffer: float = 25.0
+    vad_threshold: float = 0.5
+    min_silence: float = 0.6
+    draft: bool = True

@@ -1,0 +1,3 @@
+from specscribe.cli import main
+
+raise SystemExit(main())
