@@ -70,6 +70,11 @@ class StreamOptions:
         vad_threshold: Silero speech probability above which a frame is speech.
         min_silence: seconds of silence that end an utterance (speech_end, flush).
         draft: use the previous hypothesis (then the draft decoder) as drafts.
+        min_speech: seconds of VAD speech before an utterance starts (filters clicks).
+        speech_pad: seconds of audio kept before a speech start and after a speech end.
+        trim_after: uncommitted seconds past which the buffer is cut at the last committed word
+            (it is always cut at committed sentence ends).
+        vad: gate decoding with the VAD; False decodes all audio (for tests and benchmarks).
     """
 
     language: str | None = None
@@ -81,3 +86,7 @@ class StreamOptions:
     vad_threshold: float = 0.5
     min_silence: float = 0.6
     draft: bool = True
+    min_speech: float = 0.1
+    speech_pad: float = 0.3
+    trim_after: float = 12.0
+    vad: bool = True

@@ -1,0 +1,84 @@
+"""Compute type by hardware, overridable: CPU bf16 with AVX512-BF16/AMX, else int8 dynamic, else fp32.
+
+    resolve_device("auto") -> "cuda" | "cpu"
+    resolve_compute_type("auto", "cpu") -> "bfloat16" | "int8" | "float32"
+    model = prepare_model(model, "int8", "cpu")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8")
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo is unreadable)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_has_fast_bf16(flags: set[str] | None = None) -> bool:
+    """True where bf16 matmuls run natively: AMX (amx_bf16) or AVX512-BF16."""
+    flags = cpu_flags() if flags is None else flags
+    if flags:
+        return "amx_bf16" in flags or "avx512_bf16" in flags
+    return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")  # non-Linux fallback
+
+
+def int8_supported() -> bool:
+    """Dynamic int8 quantization needs a quantized engine (fbgemm on x86, qnnpack on ARM)."""
+    return any(e != "none" for e in torch.backends.quantized.supported_engines)
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; choose auto, cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda was asked for, but torch sees no CUDA GPU")
+    return device
+
+
+def resolve_compute_type(requested: str, device: str, flags: set[str] | None = None) -> str:
+    """requested in COMPUTE_TYPES -> a concrete compute type for device ("cpu" or "cuda")."""
+    if requested not in COMPUTE_TYPES:
+        raise ValueError(f"unknown compute type {requested!r}; choose {', '.join(COMPUTE_TYPES)}")
+    if requested != "auto":
+        if device == "cuda" and requested == "int8":
+            raise ValueError("int8 dynamic quantization runs on CPU only; use float16 on CUDA")
+        return requested
+    if device == "cuda":
+        return "float16"
+    if cpu_has_fast_bf16(flags):
+        return "bfloat16"
+    return "int8" if int8_supported() else "float32"
+
+
+def set_threads(threads: int) -> None:
+    """Set torch's intra-op threads when threads > 0 (0 keeps the library default)."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module:
+    """Move and convert a float32 model for compute_type (concrete, not "auto")."""
+    model = model.to(device)
+    if compute_type == "float32":
+        return model
+    if compute_type in ("bfloat16", "float16"):
+        return model.to(getattr(torch, compute_type))
+    if compute_type == "int8":
+        from torch.ao.quantization import quantize_dynamic
+
+        return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
+    raise ValueError(f"unknown compute type {compute_type!r}")

@@ -1,0 +1,237 @@
+"""The `ct2` engine: faster-whisper / CTranslate2 as it is, behind the Transcriber protocol.
+
+It is the baseline every benchmark compares against, and the fallback for users without torch.
+Greedy only (beam 1), no speculation: its SpecStats count emitted tokens and nothing else.
+Features, prompt, suppression and word alignment follow faster-whisper 1.2.1's own code paths
+(``WhisperModel.get_prompt``, ``generate_with_fallback``'s generate call, ``add_word_timestamps``),
+so a window decoded here gives the tokens faster-whisper gives for the same window.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from specscribe.models.engines import EngineOptions
+from specscribe.models.errors import ModelError
+from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
+from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
+
+log = logging.getLogger(__name__)
+
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+MAX_LENGTH = 448  # the decoder's positional table
+
+
+@dataclass(frozen=True)
+class _Ct2Encoding:
+    """Engine-private part of EncodedAudio.
+
+    Attributes:
+        output: CTranslate2 StorageView, encoder output (1, 1500, d).
+        num_frames: mel frames of real audio in the window (<= 3000).
+    """
+
+    output: Any
+    num_frames: int
+
+
+def _cpu_compute_type(compute_type: str, device: str) -> str:
+    if compute_type != "auto":
+        return compute_type
+    return "int8" if device == "cpu" else "float16"
+
+
+class Ct2Engine:
+    """faster-whisper's WhisperModel, one window at a time."""
+
+    name = "ct2"
+
+    def __init__(self, folder: Path, options: EngineOptions) -> None:
+        import ctranslate2
+        from faster_whisper import WhisperModel
+
+        device = options.device
+        if device == "auto":
+            device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        self.device = device
+        self.compute_type = _cpu_compute_type(options.compute_type, device)
+        try:
+            self._fw = WhisperModel(
+                str(folder), device=device, compute_type=self.compute_type, cpu_threads=options.threads
+            )
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise ModelError(f"cannot load {folder} with faster-whisper ({exc})") from None
+        self._ct2 = self._fw.model
+        self.model_name = str(options.model)
+        self.is_multilingual = bool(self._ct2.is_multilingual)
+        self._tokenizers: dict[tuple[str, str], Any] = {}
+
+    # --- helpers -------------------------------------------------------------------------
+    def _tokenizer(self, task: str, language: str):
+        from faster_whisper.tokenizer import Tokenizer
+
+        key = (task, language)
+        if key not in self._tokenizers:
+            self._tokenizers[key] = Tokenizer(
+                self._fw.hf_tokenizer, self.is_multilingual, task=task, language=language
+            )
+        return self._tokenizers[key]
+
+    # --- Transcriber ---------------------------------------------------------------------
+    def encode(self, audio: np.ndarray) -> EncodedAudio:
+        from faster_whisper.audio import pad_or_trim
+
+        audio = np.asarray(audio, dtype=np.float32)
+        duration = min(len(audio), N_FRAMES * HOP_LENGTH) / SAMPLE_RATE
+        features = self._fw.feature_extractor(audio[: N_FRAMES * HOP_LENGTH])  # (n_mels, frames + 1)
+        num_frames = min(features.shape[-1] - 1, N_FRAMES)
+        features = pad_or_trim(features[:, :num_frames])  # (n_mels, 3000)
+        output = self._fw.encode(features)  # (1, 1500, d)
+        return EncodedAudio(duration=duration, handle=_Ct2Encoding(output, num_frames))
+
+    def detect_language(self, encoded: EncodedAudio) -> tuple[str, float]:
+        if not self.is_multilingual:
+            return "en", 1.0
+        token, prob = self._ct2.detect_language(encoded.handle.output)[0][0]
+        return token[2:-2], float(prob)
+
+    def decode(self, encoded: EncodedAudio, request: DecodeRequest) -> WindowResult:
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        language, language_probability = request.language, 1.0
+        if not self.is_multilingual:
+            language = "en"
+        elif language is None:
+            language, language_probability = self.detect_language(encoded)
+        tokenizer = self._tokenizer(request.task, language)
+        prompt = self._fw.get_prompt(
+            tokenizer, list(request.prompt_tokens), without_timestamps=not request.timestamps
+        )
+        max_length = min(MAX_LENGTH, len(prompt) + request.max_new_tokens)
+        if request.temperature > 0:
+            import ctranslate2
+
+            if request.seed is not None:
+                ctranslate2.set_random_seed(request.seed)
+            sampling = {"sampling_topk": 0, "sampling_temperature": request.temperature}
+        else:
+            sampling = {}
+        suppress = get_suppressed_tokens(tokenizer, list(request.suppress_tokens))
+        started = time.perf_counter()
+        result = self._ct2.generate(
+            encoded.handle.output,
+            [prompt],
+            beam_size=1,
+            max_length=max_length,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=request.suppress_blank,
+            suppress_tokens=list(suppress),
+            max_initial_timestamp_index=int(round(request.max_initial_timestamp / TIME_PRECISION)),
+            **sampling,
+        )[0]
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        tokens = [t for t in result.sequences_ids[0] if t != tokenizer.eot]
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        segments = split_segments(tokens, tokenizer, encoded.duration, self.decode_tokens)
+        return WindowResult(
+            tokens=tuple(tokens),
+            text=tokenizer.decode(tokens),
+            segments=segments,
+            language=language,
+            language_probability=language_probability,
+            avg_logprob=float(avg_logprob),
+            no_speech_prob=float(result.no_speech_prob),
+            temperature=request.temperature,
+            stats=SpecStats(tokens=len(tokens) + 1, verify_ms=elapsed_ms),
+        )
+
+    def align_words(self, encoded: EncodedAudio, result: WindowResult) -> tuple[Segment, ...]:
+        segments = [s for s in result.segments if s.tokens]
+        if not segments:
+            return result.segments
+        tokenizer = self._tokenizer("transcribe", result.language)
+        dicts = [
+            {"seek": 0, "start": s.start, "end": s.end, "tokens": list(s.tokens)} for s in segments
+        ]
+        self._fw.add_word_timestamps(
+            [dicts],
+            tokenizer,
+            encoded.handle.output,
+            encoded.handle.num_frames,
+            PREPEND_PUNCTUATIONS,
+            APPEND_PUNCTUATIONS,
+            last_speech_timestamp=0.0,
+        )
+        aligned = iter(dicts)
+        out = []
+        for seg in result.segments:
+            if not seg.tokens:
+                out.append(seg)
+                continue
+            d = next(aligned)
+            words = tuple(
+                Word(float(w["start"]), float(w["end"]), w["word"], float(w["probability"]))
+                for w in d.get("words", ())
+            )
+            out.append(Segment(float(d["start"]), float(d["end"]), seg.text, seg.tokens, words))
+        return tuple(out)
+
+    def encode_text(self, text: str) -> tuple[int, ...]:
+        return tuple(self._fw.hf_tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def decode_tokens(self, tokens: Sequence[int]) -> str:
+        eot = self._fw.hf_tokenizer.token_to_id("<|endoftext|>")
+        return self._fw.hf_tokenizer.decode([t for t in tokens if t < eot])
+
+
+def split_segments(tokens: Sequence[int], tokenizer, duration: float, decode) -> tuple[Segment, ...]:
+    """Cut generated tokens into segments at timestamp tokens (window-relative seconds).
+
+    A pair of consecutive timestamps closes one segment and opens the next (Whisper's format
+    ``<|t0|> text <|t1|><|t1|> text <|t2|>``). Unlike faster-whisper's seek loop, which drops
+    an unfinished last segment and decodes it again from its start, each window here is
+    decoded once, so trailing text without a closing timestamp becomes a segment ending at
+    the window's end. Without timestamps the whole window is one segment.
+    """
+    ts_begin = tokenizer.timestamp_begin
+    eot = tokenizer.eot
+    out: list[Segment] = []
+
+    def add(start: float, end: float, toks: list[int]) -> None:
+        text_tokens = [t for t in toks if t < eot]
+        text = decode(text_tokens)
+        if text_tokens and text.strip():
+            start = max(0.0, min(start, duration))
+            end = max(start, min(end, duration))
+            out.append(Segment(round(start, 3), round(end, 3), text, tuple(text_tokens)))
+
+    if not any(t >= ts_begin for t in tokens):
+        add(0.0, duration, list(tokens))
+        return tuple(out)
+    start: float | None = None
+    current: list[int] = []
+    for tok in tokens:
+        if tok >= ts_begin:
+            t = (tok - ts_begin) * TIME_PRECISION
+            if start is None:
+                start = t
+            elif current:
+                add(start, t, current)
+                current, start = [], None
+            else:
+                start = t  # consecutive timestamps: the second opens the next segment
+        else:
+            if start is None:
+                start = out[-1].end if out else 0.0
+            current.append(tok)
+    if current:
+        add(start if start is not None else 0.0, duration, current)
+    return tuple(out)

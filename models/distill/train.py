@@ -1,0 +1,363 @@
+"""Train the draft decoder on the target's pseudo-labels: KL to the target's top-k distribution
+plus cross-entropy on the label; AdamW; encoder outputs read from the label cache (the encoder
+never runs). Progress (loss, validation acceptance, tokens per target pass) goes to stdout and
+to ``train_log.jsonl`` beside the checkpoint, so a run can be watched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from specscribe.models.distill.labels import Sequence_, read_labels
+from specscribe.models.distill.metrics import acceptance_report
+from specscribe.models.distill.net import DraftNet
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How to train.
+
+    Attributes:
+        steps: optimizer steps.
+        lr: peak learning rate (linear warm-up, cosine decay to 10 %).
+        warmup: warm-up steps.
+        batch_size: sequences per step.
+        layers: target decoder layers copied into the draft.
+        kl_weight: weight of the KL term; the cross-entropy term gets 1 - kl_weight.
+        vocab_size: size of a reduced draft head (0: the full vocabulary).
+        freeze_cross_kv: keep the target's cross-attention K/V projection (shareable at inference).
+        weight_decay: AdamW weight decay.
+        eval_every: steps between validation passes.
+        max_val: validation sequences used per pass (0: all).
+        seed: seed of initialisation order and batch sampling.
+        dtype: "auto" (bf16 autocast where the CPU has AMX/AVX512-BF16 or on CUDA, else float32),
+            "bfloat16" or "float32".
+        device: "cpu" or "cuda".
+        threads: torch threads (1 suits a shared 2-core machine; 0 keeps torch's default).
+        follow: re-read the labels at each validation pass (train while the label stage runs).
+    """
+
+    steps: int = 2000
+    lr: float = 3e-4
+    warmup: int = 50
+    batch_size: int = 8
+    layers: tuple[int, ...] = (0, 5)
+    kl_weight: float = 0.7
+    vocab_size: int = 0
+    freeze_cross_kv: bool = True
+    weight_decay: float = 0.01
+    eval_every: int = 100
+    max_val: int = 0
+    seed: int = 0
+    dtype: str = "auto"
+    device: str = "cpu"
+    threads: int = 1
+    follow: bool = False
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training sequence, as tensors.
+
+    Attributes:
+        item: encoder-output key.
+        inputs: (L,) long decoder input (prompt + tokens).
+        start: first position whose prediction is trained (len(prompt) - 1).
+        targets: (n+1,) long label (tokens + eot).
+        topk_values, topk_indices: (n+1, k) the target's top-k filtered logits and ids.
+        group: "en-transcribe", "xx-transcribe" or "xx-translate", for per-group metrics.
+    """
+
+    item: str
+    inputs: torch.Tensor
+    start: int
+    targets: torch.Tensor
+    topk_values: torch.Tensor
+    topk_indices: torch.Tensor
+    group: str
+
+
+def load_examples(folder: Path, sequences: Sequence[Sequence_], eot: int) -> list[Example]:
+    out = []
+    for s in sequences:
+        z = np.load(Path(folder) / "labels" / "topk" / f"{s.seq}.npz")
+        group = f"{'en' if s.lang == 'en' else 'xx'}-{s.task}"
+        out.append(
+            Example(
+                item=s.item,
+                inputs=torch.tensor(list(s.prompt) + list(s.tokens), dtype=torch.long),
+                start=len(s.prompt) - 1,
+                targets=torch.tensor(list(s.tokens) + [eot], dtype=torch.long),
+                topk_values=torch.from_numpy(z["values"].astype(np.float32)),
+                topk_indices=torch.from_numpy(z["indices"].astype(np.int64)),
+                group=group,
+            )
+        )
+    return out
+
+
+class EncoderCache:
+    """Encoder outputs (S, d) by item, loaded once from labels/enc/ITEM.npy and kept as fp16."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder) / "labels" / "enc"
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def get(self, item: str) -> torch.Tensor:
+        if item not in self._cache:
+            self._cache[item] = torch.from_numpy(np.load(self.folder / f"{item}.npy"))
+        return self._cache[item]
+
+
+class CrossCache:
+    """The draft's cross-attention K/V per item (fp16), computed once: with frozen K/V projections
+    they never change, so training skips their cost after the first epoch."""
+
+    def __init__(self, net: DraftNet, encoders: EncoderCache):
+        self.net, self.encoders = net, encoders
+        self._cache: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def batch(self, items: Sequence[str]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (K, V), each (B, H, S, Dh) float32, for the items in order."""
+        for item in items:
+            if item not in self._cache:
+                enc = self.encoders.get(item).float().unsqueeze(0)  # (1, S, d)
+                self._cache[item] = [(k.half(), v.half()) for k, v in self.net.cross_keys_values(enc)]
+        per_layer = zip(*(self._cache[item] for item in items))
+        return [(torch.cat([k for k, _ in kv]).float(), torch.cat([v for _, v in kv]).float()) for kv in per_layer]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Right-padded examples.
+
+    Attributes:
+        tokens: (B, L) long inputs, padded with 0.
+        enc: (B, S, d) float32 encoder outputs.
+        mask: (B, L) bool, True where a prediction is trained.
+        targets: (B, L) long label at trained positions (-100 elsewhere), in head ids.
+        topk_values: (B, L, k) float32 (NEG at untrained positions).
+        topk_indices: (B, L, k) long, in head ids (-1 where outside the head's vocabulary).
+    """
+
+    tokens: torch.Tensor
+    enc: torch.Tensor
+    mask: torch.Tensor
+    targets: torch.Tensor
+    topk_values: torch.Tensor
+    topk_indices: torch.Tensor
+
+
+def collate(examples: Sequence[Example], encoders: EncoderCache, head_index: torch.Tensor | None) -> Batch:
+    """head_index: (V,) long map from token id to head row (-1: not in the head), None = identity."""
+    b, length, k = len(examples), max(len(e.inputs) for e in examples), examples[0].topk_values.shape[1]
+    tokens = torch.zeros(b, length, dtype=torch.long)
+    mask = torch.zeros(b, length, dtype=torch.bool)
+    targets = torch.full((b, length), -100, dtype=torch.long)
+    values = torch.full((b, length, k), -1.0e4)
+    indices = torch.full((b, length, k), -1, dtype=torch.long)
+    for i, e in enumerate(examples):
+        n = len(e.targets)
+        tokens[i, : len(e.inputs)] = e.inputs
+        rows = slice(e.start, e.start + n)
+        mask[i, rows] = True
+        tgt, idx = e.targets, e.topk_indices
+        if head_index is not None:
+            tgt, idx = head_index[tgt], head_index[idx]
+        targets[i, rows] = torch.where(tgt >= 0, tgt, torch.full_like(tgt, -100))
+        values[i, rows] = torch.where(idx >= 0, e.topk_values, torch.full_like(e.topk_values, -1.0e4))
+        indices[i, rows] = idx
+    enc = torch.stack([encoders.get(e.item) for e in examples]).float()
+    return Batch(tokens, enc, mask, targets, values, indices)
+
+
+def distill_loss(logits: torch.Tensor, batch: Batch, kl_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """logits (B, L, N) -> kl_weight * KL(p_topk || q) + (1 - kl_weight) * CE(label)."""
+    logits = logits.float()
+    sel = batch.mask  # (B, L)
+    logq = torch.log_softmax(logits[sel], dim=-1)  # (M, N)
+    idx = batch.topk_indices[sel]  # (M, k)
+    valid = idx >= 0
+    p = torch.softmax(batch.topk_values[sel].masked_fill(~valid, -1.0e4), dim=-1)  # (M, k)
+    p = p * valid
+    p = p / p.sum(-1, keepdim=True).clamp_min(1e-9)
+    logq_k = logq.gather(1, idx.clamp_min(0))  # (M, k)
+    kl = (p * (torch.log(p.clamp_min(1e-9)) - logq_k)).sum(-1).mean()
+    targets = batch.targets[sel]
+    ce = F.nll_loss(logq, targets, ignore_index=-100) if (targets >= 0).any() else logq.sum() * 0
+    loss = kl_weight * kl + (1 - kl_weight) * ce
+    return loss, {"kl": float(kl.detach()), "ce": float(ce.detach())}
+
+
+def reduced_vocabulary(sequences: Sequence[Sequence_], size: int, first_special: int, n_vocab: int) -> torch.Tensor:
+    """The `size` most frequent label tokens plus every special and timestamp id (>= first_special)."""
+    counts = Counter(t for s in sequences for t in s.tokens if t < first_special)
+    common = [t for t, _ in counts.most_common(max(0, size - (n_vocab - first_special)))]
+    return torch.tensor(sorted(set(common) | set(range(first_special, n_vocab))), dtype=torch.long)
+
+
+def head_index_of(vocab_ids: torch.Tensor | None, n_vocab: int) -> torch.Tensor | None:
+    if vocab_ids is None:
+        return None
+    index = torch.full((n_vocab,), -1, dtype=torch.long)
+    index[vocab_ids] = torch.arange(len(vocab_ids))
+    return index
+
+
+def _autocast(options: TrainOptions):
+    from specscribe.models.compute import cpu_has_fast_bf16
+
+    use_bf16 = options.dtype == "bfloat16" or (
+        options.dtype == "auto" and (options.device == "cuda" or cpu_has_fast_bf16())
+    )
+    return torch.autocast(options.device, dtype=torch.bfloat16, enabled=use_bf16), use_bf16
+
+
+def _cross(net: DraftNet, crosses: CrossCache | None, examples: Sequence[Example]):
+    return crosses.batch([e.item for e in examples]) if crosses is not None and net.freeze_cross_kv else None
+
+
+def evaluate(
+    net: DraftNet,
+    examples: Sequence[Example],
+    encoders: EncoderCache,
+    batch_size: int = 8,
+    crosses: CrossCache | None = None,
+) -> dict[str, Any]:
+    """Teacher-forced greedy agreement on examples: per-position acceptance and tokens per pass."""
+    head_index = head_index_of(net.vocab_ids, net.embedding.shape[0])
+    matches: list[tuple[str, list[bool]]] = []
+    net.eval()
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            chunk = examples[i : i + batch_size]
+            batch = collate(chunk, encoders, head_index)
+            pred = net(batch.tokens, batch.enc, _cross(net, crosses, chunk)).argmax(-1)  # (B, L)
+            for j, e in enumerate(chunk):
+                rows = batch.mask[j]
+                ok = (pred[j][rows] == batch.targets[j][rows]) & (batch.targets[j][rows] >= 0)
+                matches.append((e.group, ok.tolist()))
+    net.train()
+    return acceptance_report(matches)
+
+
+def train(
+    net: DraftNet,
+    train_set: Sequence[Example],
+    val_set: Sequence[Example],
+    encoders: EncoderCache,
+    options: TrainOptions,
+    log: Callable[[dict[str, Any]], None] = lambda row: print(json.dumps(row)),
+    refresh: Callable[[], tuple[list[Example], list[Example]]] | None = None,
+    on_eval: Callable[[DraftNet, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run options.steps AdamW steps; returns the last validation report.
+
+    refresh: called at each validation pass for (train, val) examples, so training can start while
+    the label stage is still adding sequences. on_eval: called after each validation pass (e.g. to
+    write a checkpoint, so an interrupted run still leaves one).
+    """
+    if not train_set:
+        raise ValueError("no training sequences: run the label stage (or check its filters)")
+    rng = random.Random(options.seed)
+    head_index = head_index_of(net.vocab_ids, net.embedding.shape[0])
+    params = net.trainable_parameters()
+    opt = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
+
+    def lr_at(step: int) -> float:
+        if step < options.warmup:
+            return options.lr * (step + 1) / options.warmup
+        frac = (step - options.warmup) / max(1, options.steps - options.warmup)
+        return options.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+    val = list(val_set)[: options.max_val or None]
+    crosses = CrossCache(net, encoders)
+    report = evaluate(net, val, encoders, crosses=crosses) if val else {}
+    log({"step": 0, "val": report})
+    started, running = time.monotonic(), []
+    net.train()
+    for step in range(1, options.steps + 1):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step - 1)
+        chunk = rng.sample(list(train_set), min(options.batch_size, len(train_set)))
+        batch = collate(chunk, encoders, head_index)
+        context, _ = _autocast(options)
+        with context:
+            logits = net(batch.tokens, batch.enc, _cross(net, crosses, chunk))
+        loss, parts = distill_loss(logits, batch, options.kl_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        running.append((float(loss.detach()), parts["kl"], parts["ce"]))
+        if step % options.eval_every == 0 or step == options.steps:
+            mean = np.mean(running, axis=0)
+            running = []
+            if refresh is not None:
+                train_set, val_set = refresh()
+                val = list(val_set)[: options.max_val or None]
+            report = evaluate(net, val, encoders, crosses=crosses) if val else {}
+            row = {"step": step, "loss": round(float(mean[0]), 4), "kl": round(float(mean[1]), 4)}
+            row |= {"ce": round(float(mean[2]), 4), "lr": lr_at(step - 1), "seconds": round(time.monotonic() - started, 1)}
+            log(row | {"train": len(train_set), "val_sequences": len(val), "val": report})
+            if on_eval is not None:
+                on_eval(net, report)
+    return report
+
+
+def train_from_folder(folder: Path, model: str, out: Path, options: TrainOptions) -> dict[str, Any]:
+    """Load the target, the labels and the encoder cache; train; export the draft to `out`."""
+    from specscribe.models.distill.export import export_draft, load_target_decoder
+
+    if options.threads > 0:
+        torch.set_num_threads(options.threads)
+    target, info = load_target_decoder(model)
+    torch.manual_seed(options.seed)
+    sequences = read_labels(folder)
+    train_seqs = [s for s in sequences if s.split == "train"]
+    vocab_ids = None
+    if options.vocab_size:
+        vocab_ids = reduced_vocabulary(train_seqs, options.vocab_size, info["eot"], info["n_vocab"])
+    net = DraftNet(target, options.layers, vocab_ids, options.freeze_cross_kv)
+    encoders = EncoderCache(folder)
+    loaded: dict[str, Example] = {}
+
+    def refresh() -> tuple[list[Example], list[Example]]:
+        seqs = read_labels(folder)
+        fresh = [s for s in seqs if s.seq not in loaded]
+        loaded.update(zip((s.seq for s in fresh), load_examples(folder, fresh, info["eot"])))
+        return [loaded[s.seq] for s in seqs if s.split == "train"], [loaded[s.seq] for s in seqs if s.split == "val"]
+
+    train_set, val_set = refresh()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log_path = out.with_suffix(".train_log.jsonl")
+    started = time.monotonic()
+
+    def save(current: DraftNet, report: dict[str, Any]) -> None:
+        summary = {"options": asdict(options), "val": report, "target": info["model"]}
+        summary |= {"train_sequences": len(loaded), "minutes": round((time.monotonic() - started) / 60, 1)}
+        export_draft(current, out, target, info["sha256"], summary)
+
+    with open(log_path, "a") as fh:
+
+        def log(row: dict[str, Any]) -> None:
+            line = json.dumps(row)
+            print(line, flush=True)
+            fh.write(line + "\n")
+            fh.flush()
+
+        log({"options": asdict(options), "train": len(train_set), "val": len(val_set)})
+        report = train(net, train_set, val_set, encoders, options, log, refresh if options.follow else None, save)
+    return {"checkpoint": str(out), "log": str(log_path), "val": report}

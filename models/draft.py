@@ -1,0 +1,292 @@
+"""The draft decoder: a shallow decoder on the target's encoder output, and its drafter.
+
+``DraftDecoder`` is a ``TextDecoder`` (models/whisper.py) whose token embedding, positional
+embedding, final LayerNorm and tied output projection ARE the target's (the same modules, not
+copies), with 1-2 layers of its own, initialised as copies of target decoder layers (default:
+the first and the last). It reads the target's encoder output; no second encoder runs. Its cross
+K/V are its own (its layers may be distilled away from the target's), computed once per window.
+
+Checkpoints are safetensors files holding only the draft's own layers, with metadata: the
+format, the layer sources, the dims, and the sha256 of the target's model.bin. Loading against
+another target raises ModelError.
+
+    draft = DraftDecoder.from_target(engine.model.decoder, sources=(0, -1))
+    draft.save("draft.safetensors", target_sha256=sha256_file(folder / "model.bin"))
+    draft = DraftDecoder.load("draft.safetensors", engine.model.decoder, target_sha256)
+    drafter = DraftDecoderDrafter(draft, encoded.handle, rules)   # one decode of one window
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import weakref
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from specscribe.models.drafters import Draft
+from specscribe.models.errors import ModelError
+from specscribe.models.interfaces import LogitRules
+from specscribe.models.whisper import DecoderLayer, DecoderSession, TextDecoder
+
+FORMAT = "specscribe-draft-decoder"
+VERSION = "1"
+
+
+class DraftDecoder:
+    """A shallow TextDecoder sharing the target's embeddings, final LN and head.
+
+    Attributes:
+        decoder: the TextDecoder (its own ``layers``; shared everything else).
+        sources: for each layer, the index of the target layer it was initialised from.
+    """
+
+    def __init__(self, target: TextDecoder, layers: Sequence[DecoderLayer], sources: Sequence[int]):
+        if not 1 <= len(layers) == len(sources):
+            raise ValueError("a draft decoder needs at least one layer and one source index per layer")
+        self.decoder = TextDecoder(target.token_embedding, target.positional_embedding, list(layers), target.ln, target.proj)
+        self.sources = tuple(int(s) for s in sources)
+        self.shared_cross_kv = False  # True: the layers' cross K/V projections are the target's own
+        self._cross_for: tuple[weakref.ref, list] | None = None
+
+    @classmethod
+    def from_target(cls, target: TextDecoder, sources: Sequence[int] = (0, -1)) -> "DraftDecoder":
+        """Copies of target layers ``sources`` (negative counts from the end; duplicates allowed)."""
+        n = len(target.layers)
+        idx = [s % n for s in sources]
+        if any(not -n <= s < n for s in sources):
+            raise ValueError(f"layer sources {tuple(sources)} out of range for {n} target layers")
+        draft = cls(target, [copy.deepcopy(target.layers[i]) for i in idx], idx)
+        draft.shared_cross_kv = True  # untrained copies: same cross projections as the target
+        return draft
+
+    # --- windows --------------------------------------------------------------------------
+    def session(self, enc: torch.Tensor, target_cross: list | None = None) -> DecoderSession:
+        """A fresh session (own KV cache) on enc (1, S, d); cross K/V cached for the last window.
+
+        target_cross: the target's per-layer cross K/V on enc, reused when the draft's cross
+        projections are the target's own (untrained copies, or ``shared_cross_kv`` checkpoints).
+        """
+        cached = self._cross_for
+        if cached is None or cached[0]() is not enc:
+            if target_cross is not None and self.shared_cross_kv:
+                cross = [target_cross[s] for s in self.sources]
+            else:
+                cross = self.decoder.cross_keys_values(enc)
+            cached = (weakref.ref(enc), cross)
+            self._cross_for = cached
+        return DecoderSession(self.decoder, enc, cross=cached[1])
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def metadata(self, target_sha256: str) -> dict[str, str]:
+        layer0 = self.decoder.layers[0]
+        dims = {
+            "n_text_state": int(self.decoder.positional_embedding.shape[1]),
+            "n_text_head": int(layer0.n_heads),
+            "n_text_ctx": int(self.decoder.n_ctx),
+            "n_vocab": int(self.decoder.token_embedding.weight.shape[0]),
+            "n_layers": len(self.decoder.layers),
+        }
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "layer_sources": json.dumps(list(self.sources)),
+            "dims": json.dumps(dims),
+            "target_sha256": target_sha256,
+        }
+
+    def save(self, path: str | Path, target_sha256: str) -> None:
+        """Write the draft's own layers (float32) and metadata to a safetensors file."""
+        from safetensors.torch import save_file
+
+        tensors = {f"layers.{k}": v.detach().float().contiguous().clone() for k, v in self.decoder.layers.state_dict().items()}
+        save_file(tensors, str(path), metadata=self.metadata(target_sha256))
+
+    @classmethod
+    def load(cls, path: str | Path, target: TextDecoder, target_sha256: str) -> "DraftDecoder":
+        """Load a checkpoint for ``target``; ModelError when it is unreadable or for another target.
+
+        The layers take the dtype and device of the target's decoder layers' parameters (or
+        float32 if these are quantized; quantize the returned decoder yourself then).
+        """
+        from safetensors import safe_open
+
+        path = Path(path)
+        if not path.is_file():
+            raise ModelError(f"draft checkpoint {path} does not exist")
+        try:
+            with safe_open(str(path), framework="pt") as fh:
+                meta = fh.metadata() or {}
+                tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+        except Exception as exc:  # safetensors raises its own SafetensorError and OSError
+            raise ModelError(f"draft checkpoint {path} is unreadable ({exc})") from None
+        if meta.get("format") != FORMAT:
+            raise ModelError(f"{path} is not a specscribe draft-decoder checkpoint")
+        if meta.get("target_sha256") != target_sha256:
+            raise ModelError(
+                f"draft checkpoint {path} was made for another target model "
+                f"(sha256 {meta.get('target_sha256', '?')[:12]}..., this target {target_sha256[:12]}...)"
+            )
+        try:
+            dims = json.loads(meta["dims"])
+            sources = json.loads(meta["layer_sources"])
+        except (KeyError, ValueError):
+            raise ModelError(f"draft checkpoint {path} has broken metadata") from None
+        d, heads = dims["n_text_state"], dims["n_text_head"]
+        if d != target.positional_embedding.shape[1] or dims["n_vocab"] != target.token_embedding.weight.shape[0]:
+            raise ModelError(f"draft checkpoint {path} does not fit this target's dimensions")
+        layers = nn.ModuleList(DecoderLayer(d, heads, 4 * d) for _ in range(dims["n_layers"]))
+        # only the layers: an experimental reduced-vocabulary head ("vocab_ids") is not read here
+        state = {k.removeprefix("layers."): v for k, v in tensors.items() if k.startswith("layers.")}
+        try:
+            layers.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise ModelError(f"draft checkpoint {path} does not match its own dims ({str(exc).splitlines()[0]})") from None
+        ref = next((p for p in target.layers.parameters() if p.is_floating_point()), None)
+        if ref is not None:
+            layers = layers.to(device=ref.device, dtype=ref.dtype)
+        draft = cls(target, list(layers.eval()), sources)
+        draft.shared_cross_kv = meta.get("shared_cross_kv") == "true"
+        return draft
+
+
+class DraftDecoderDrafter:
+    """Drafts with a DraftDecoder over one window: greedy argmax, or samples (with q) at T > 0.
+
+    ``eot`` ends a draft. ``rules`` (the target's LogitRules, optional) filter the draft's logits too, so it never
+    proposes what the target may not emit (timestamps where text must come, suppressed tokens).
+    Its KV cache follows the verifier: cropped to the common prefix with the accepted output.
+    """
+
+    name = "decoder"
+
+    def __init__(
+        self,
+        draft: DraftDecoder,
+        enc: torch.Tensor,
+        rules: LogitRules | None = None,
+        eot: int | None = None,
+        target_cross: list | None = None,
+    ):
+        self.draft, self.enc, self.rules, self.eot = draft, enc, rules, eot
+        self.target_cross = target_cross
+        self.session: DecoderSession | None = None
+        self._cached: list[int] = []  # the tokens in the session's cache
+        self._prompt: list[int] = []
+        self.temperature, self.generator = 0.0, None
+
+    def begin(self, prompt: Sequence[int], temperature: float = 0.0, generator: torch.Generator | None = None) -> None:
+        self.session = self.draft.session(self.enc, self.target_cross)
+        self._prompt, self._cached = list(prompt), []
+        self.temperature, self.generator = temperature, generator
+
+    def _sync(self, seq: Sequence[int], keep_last: bool) -> None:
+        """Crop the cache to its common prefix with seq (leaving seq's last token out if keep_last)."""
+        n = 0
+        limit = min(len(self._cached), len(seq) - (1 if keep_last else 0))
+        while n < limit and self._cached[n] == seq[n]:
+            n += 1
+        if n < len(self._cached):
+            self.session.crop(n)
+            del self._cached[n:]
+
+    def propose(self, generated: Sequence[int], k: int) -> Draft:
+        assert self.session is not None, "begin() first"
+        seq = self._prompt + list(generated)
+        self._sync(seq, keep_last=True)
+        k = min(k, self.session.decoder.n_ctx - len(seq))
+        if k <= 0:
+            return Draft(())
+        feed = seq[len(self._cached) :]  # at least the last token
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        for _ in range(k):
+            logits = self.session.forward(feed)[-1]  # (V,)
+            self._cached += feed
+            if self.rules is not None:
+                logits = self.rules.apply(logits, list(generated) + tokens)
+            if self.temperature > 0:
+                q = torch.softmax(logits / self.temperature, dim=-1)  # (V,)
+                token = int(torch.multinomial(q, 1, generator=self.generator))
+                probs.append(q)
+            else:
+                token = int(torch.argmax(logits))
+            tokens.append(token)
+            if token == self.eot:  # nothing follows end-of-text
+                break
+            feed = [token]
+        return Draft(tuple(tokens), torch.stack(probs) if probs else None)
+
+    def accept(self, generated: Sequence[int]) -> None:
+        if self.session is not None:
+            self._sync(self._prompt + list(generated), keep_last=False)
+
+    def finish(self) -> None:
+        self.session, self._cached = None, []
+
+
+# --- what the spec engine uses --------------------------------------------------------------
+
+
+def shipped_checkpoint(model_name: str) -> Path | None:
+    """models/drafts/<name>-draft.safetensors, if this package ships one for the model."""
+    path = Path(__file__).parent / "drafts" / f"{Path(model_name).name}-draft.safetensors"
+    return path if path.is_file() else None
+
+
+def target_sha256(folder: Path, model_name: str) -> str:
+    """The catalogue's checksum for a catalogue model (installed with a checked sha256), else hashed."""
+    from specscribe.models.registry import CATALOGUE, sha256_file
+
+    entry = CATALOGUE.get(model_name)
+    return entry.sha256 if entry is not None else sha256_file(Path(folder) / "model.bin")
+
+
+def load_draft_decoder(
+    target: TextDecoder, folder: Path, model_name: str, draft_model: str | None, compute_type: str, untrained_ok: bool
+) -> DraftDecoder | None:
+    """The draft decoder an engine should use: ``draft_model`` if given, else the shipped
+    checkpoint for the model, else (``untrained_ok``) copies of the target's first and last
+    layers, else None. Loaded layers follow the target's compute type (int8: quantized)."""
+    path = Path(draft_model).expanduser() if draft_model else shipped_checkpoint(model_name)
+    if path is None:
+        return DraftDecoder.from_target(target) if untrained_ok else None
+    draft = DraftDecoder.load(path, target, target_sha256(folder, model_name))
+    if compute_type == "int8":
+        from specscribe.models.compute import prepare_model
+
+        draft.decoder.layers = prepare_model(draft.decoder.layers, "int8", "cpu")
+    return draft
+
+
+def build_drafter(
+    kind: str,
+    hypothesis: Sequence[int],
+    draft: DraftDecoder | None,
+    enc: torch.Tensor,
+    rules: LogitRules,
+    eot: int,
+    target_cross: list | None = None,
+):
+    """The drafter for one decode. kind: none | ngram | decoder | auto.
+
+    auto: the previous hypothesis when there is one, chained with the draft decoder when one is
+    loaded (a trained checkpoint), else with n-gram lookup. decoder/ngram: previous hypothesis
+    first too, when given (it is nearly free and nearly perfect on re-decodes).
+    """
+    from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter
+
+    if kind == "none":
+        return None
+    if kind not in ("auto", "decoder", "ngram"):
+        raise ValueError(f"unknown drafter {kind!r}; choose auto, none, decoder or ngram")
+    if kind == "ngram" or draft is None:
+        base = NgramDrafter()
+    else:
+        base = DraftDecoderDrafter(draft, enc, rules, eot, target_cross)
+    if hypothesis:
+        return ChainDrafter([PreviousHypothesisDrafter(hypothesis), base])
+    return base

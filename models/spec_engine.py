@@ -1,0 +1,247 @@
+"""The `spec` engine: our torch Whisper (models/whisper.py) behind the Transcriber protocol.
+
+Features and tokens come from faster-whisper's own FeatureExtractor and Tokenizer, so a window
+gives the same input as in the ct2 engine. Decoding is target-only greedy (or sampling) through
+``SpecEngine._generate``, the one place the speculative loop plugs into.
+
+    engine = load_transcriber(EngineOptions(engine="spec", model="base"))
+    enc = engine.encode(audio)                       # float32 16 kHz, <= 30 s
+    result = engine.decode(enc, DecodeRequest(language=None, timestamps=True))
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from specscribe.models.compute import prepare_model, resolve_compute_type, resolve_device, set_threads
+from specscribe.models.alignment import align_words
+from specscribe.models.decoding import GenerateOptions, Generation, build_prompt, detect_language, generate, max_new_tokens
+from specscribe.models.engines import EngineOptions
+from specscribe.models.draft import build_drafter, load_draft_decoder
+from specscribe.models.errors import ModelError
+from specscribe.models.logits import RuleConfig, WhisperLogitRules, suppressed_token_ids
+from specscribe.models.speculative import generate_window
+from specscribe.models.tokenizer import WhisperTokenizer
+from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult
+from specscribe.models.weights import WhisperDims, read_model_bin
+from specscribe.models.whisper import DecoderSession, WhisperModel
+from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
+
+
+@dataclass
+class StageTimes:
+    """Milliseconds spent per stage since the engine was created (for benchmarks).
+
+    Attributes:
+        features: log-mel features.
+        encoder: the audio encoder.
+        cross_kv: cross-attention K/V, once per window.
+        language: language detection passes.
+        decode_total: whole decode() calls (prompt, steps, rules, overhead).
+        n_decodes: decode() calls.
+    """
+
+    features: float = 0.0
+    encoder: float = 0.0
+    cross_kv: float = 0.0
+    language: float = 0.0
+    decode_total: float = 0.0
+    n_decodes: int = 0
+
+
+class SpecEngine:
+    """Torch Whisper; one instance owns one loaded model."""
+
+    name = "spec"
+
+    def __init__(self, folder: Path, options: EngineOptions):
+        folder = Path(folder)
+        bin_path = folder / "model.bin"
+        if not bin_path.is_file():
+            raise ModelError(f"{folder} is not a CTranslate2 Whisper model (no model.bin)")
+        ct2 = read_model_bin(bin_path)
+        self.dims: WhisperDims = WhisperDims.from_model(ct2)
+        self.device = resolve_device(options.device)
+        self.compute_type = resolve_compute_type(options.compute_type, self.device)
+        set_threads(options.threads)
+        model = WhisperModel.from_ct2(ct2)
+        del ct2
+        self.model: WhisperModel = prepare_model(model, self.compute_type, self.device)
+        self.model_name = str(options.model)
+        self.is_multilingual = self.dims.n_vocab >= 51865
+        self.tokenizer = WhisperTokenizer.from_folder(folder, self.is_multilingual)
+        config = _read_config(folder)
+        eot = self.tokenizer.eot
+        begin = config.get("suppress_ids_begin") or [*self.tokenizer.encode(" ")[:1], eot]
+        self._suppress_begin = tuple(int(i) for i in begin)
+        from faster_whisper.feature_extractor import FeatureExtractor
+
+        self._features = FeatureExtractor(feature_size=self.dims.n_mels)
+        self.times = StageTimes()
+        self._cross_for: tuple[weakref.ref, list] | None = None  # last window's cross K/V
+        # speculative decoding (models/speculative.py) and word alignment (models/alignment.py)
+        self.draft_kind = options.draft
+        self._alignment_heads = config.get("alignment_heads") or [
+            [layer, head] for layer in range(self.dims.n_text_layer // 2, self.dims.n_text_layer)
+            for head in range(self.dims.n_text_head)
+        ]  # openai/whisper's default: every head of the second half of the layers
+        self.draft = None
+        if options.draft in ("auto", "decoder"):  # a bad --draft-model fails here, with ModelError
+            self.draft = load_draft_decoder(
+                self.model.decoder, folder, self.model_name, options.draft_model, self.compute_type,
+                untrained_ok=options.draft == "decoder",
+            )
+
+    # --- helpers -----------------------------------------------------------------------
+    def features(self, audio: np.ndarray) -> np.ndarray:
+        """audio (n,) -> log-mel (n_mels, 3000), as faster-whisper builds one window."""
+        from faster_whisper.audio import pad_or_trim
+
+        features = self._features(audio[: N_FRAMES * HOP_LENGTH])  # (n_mels, frames + 1)
+        num_frames = min(features.shape[-1] - 1, N_FRAMES)
+        return pad_or_trim(features[:, :num_frames])
+
+    def session(self, encoded: EncodedAudio) -> DecoderSession:
+        """A fresh target decoder session over the window; cross K/V reused across decodes."""
+        enc = encoded.handle
+        cached = self._cross_for
+        if cached is None or cached[0]() is not enc:
+            started = time.perf_counter()
+            cross = self.model.decoder.cross_keys_values(enc)
+            self.times.cross_kv += (time.perf_counter() - started) * 1000
+            self._cross_for = cached = (weakref.ref(enc), cross)
+        return DecoderSession(self.model.decoder, enc, cross=cached[1])
+
+    def rules(self, request: DecodeRequest) -> WhisperLogitRules:
+        tok = self.tokenizer
+        specials = [tok.base.transcribe, tok.base.translate, tok.sot, tok.sot_prev, tok.base.sot_lm, tok.no_speech]
+        suppress = suppressed_token_ids(
+            request.suppress_tokens, tok.non_speech_tokens, [s for s in specials if s is not None]
+        )
+        return WhisperLogitRules(
+            RuleConfig(
+                n_vocab=self.dims.n_vocab,
+                eot=tok.eot,
+                no_timestamps=tok.no_timestamps,
+                suppress=suppress,
+                suppress_begin=self._suppress_begin if request.suppress_blank else (),
+                timestamps=request.timestamps,
+                max_initial_timestamp_index=int(round(request.max_initial_timestamp / TIME_PRECISION)),
+            )
+        )
+
+    def prompt(self, request: DecodeRequest, language: str) -> list[int]:
+        tok = self.tokenizer
+        return build_prompt(
+            tok.sot_sequence(request.task, language),
+            request.prompt_tokens,
+            tok.sot_prev,
+            tok.no_timestamps,
+            request.timestamps,
+            self.dims.n_text_ctx,
+        )
+
+    def _generate(self, session: DecoderSession, prompt: list[int], rules: WhisperLogitRules, options: GenerateOptions) -> Generation:
+        """The one generation call (target-only); speculative decoding replaces it."""
+        return generate(session, prompt, rules, options)
+
+    # --- Transcriber -------------------------------------------------------------------
+    def encode(self, audio: np.ndarray) -> EncodedAudio:
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        duration = min(len(audio), N_FRAMES * HOP_LENGTH) / SAMPLE_RATE
+        started = time.perf_counter()
+        mel = self.features(audio)
+        mid = time.perf_counter()
+        enc = self.model.encode(torch.from_numpy(mel).unsqueeze(0).to(self.device))  # (1, 1500, d)
+        self.times.features += (mid - started) * 1000
+        self.times.encoder += (time.perf_counter() - mid) * 1000
+        return EncodedAudio(duration=duration, handle=enc)
+
+    def detect_language(self, encoded: EncodedAudio) -> tuple[str, float]:
+        if not self.is_multilingual:
+            return "en", 1.0
+        started = time.perf_counter()
+        tok = self.tokenizer
+        ranked = detect_language(self.session(encoded), tok.sot, tok.lang_ids)
+        self.times.language += (time.perf_counter() - started) * 1000
+        token_id, prob = ranked[0]
+        return tok.hf.id_to_token(token_id)[2:-2], prob
+
+    def decode(self, encoded: EncodedAudio, request: DecodeRequest) -> WindowResult:
+        language, language_probability = request.language, 1.0
+        if not self.is_multilingual:
+            language = "en"
+        elif language is None:
+            language, language_probability = self.detect_language(encoded)
+        started = time.perf_counter()
+        tok = self.tokenizer
+        prompt = self.prompt(request, language)
+        options = GenerateOptions(
+            max_new_tokens=max_new_tokens(len(prompt), request.max_new_tokens, self.dims.n_text_ctx),
+            eot=tok.eot,
+            sot_index=prompt.index(tok.sot),
+            no_speech=tok.no_speech if tok.no_speech is not None else -1,
+            temperature=request.temperature,
+            seed=request.seed,
+        )
+        rules, session = self.rules(request), self.session(encoded)
+        drafter = build_drafter(
+            self.draft_kind, request.hypothesis_tokens, self.draft, encoded.handle, rules, tok.eot, session.cross
+        )
+        gen, stats = generate_window(session, prompt, rules, options, drafter, self.dims.n_text_ctx)
+        elapsed = (time.perf_counter() - started) * 1000
+        self.times.decode_total += elapsed
+        self.times.n_decodes += 1
+        from specscribe.models.ct2_engine import split_segments  # the same segments as the ct2 engine
+
+        tokens = list(gen.tokens)
+        return WindowResult(
+            tokens=tuple(tokens),
+            text=tok.decode(tokens),
+            segments=split_segments(tokens, tok, encoded.duration, self.decode_tokens),
+            language=language,
+            language_probability=language_probability,
+            avg_logprob=gen.avg_logprob,
+            no_speech_prob=gen.no_speech_prob,
+            temperature=request.temperature,
+            stats=stats,
+        )
+
+    def align_words(self, encoded: EncodedAudio, result: WindowResult) -> tuple[Segment, ...]:
+        """One extra target pass over the final tokens (models/alignment.py)."""
+        tok = self.tokenizer
+        session = self.session(encoded)
+        num_frames = min(N_FRAMES, int(round(encoded.duration * SAMPLE_RATE / HOP_LENGTH)))
+        return align_words(
+            lambda tokens: session.forward(tokens, return_cross_attention=True),
+            tok.sot_sequence("transcribe", result.language),
+            tok.no_timestamps,
+            tok.eot,
+            tok.for_task("transcribe", result.language).split_to_word_tokens,
+            self._alignment_heads,
+            result.segments,
+            encoded.duration,
+            num_frames,
+        )
+
+    def encode_text(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text))
+
+    def decode_tokens(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(tokens)
+
+
+def _read_config(folder: Path) -> dict:
+    try:
+        data = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,345 @@
+"""Speculative decoding: a drafter proposes, the target verifies in one pass, the output is the target's.
+
+Glossary
+- round: one target decoder pass over [pending tokens + k drafted tokens]. The pending tokens are
+  the ones not yet in the target's KV cache: the prompt at the first round, afterwards the last
+  emitted token. The pass gives k+1 next-token predictions (one per drafted position, plus one).
+- draft length k: how many tokens the drafter may propose in a round; adapted by `DraftLength`.
+  k = 0 is a plain greedy (or sampling) step: one token per target pass.
+- accepted token: a drafted token the target agrees with. Greedy: the target's argmax, after
+  Whisper's logit rules applied with the exact prefix, equals the draft. Sampling: the draft
+  passed the rejection test u < min(1, p(x) / q(x)).
+- correction token: the target's own token at the first rejected position (greedy: its argmax;
+  sampling: a sample from the normalised residual max(0, p - q)).
+- bonus token: the target's next token after all k drafts were accepted; its prediction came
+  with the same pass, so it is free.
+Each round emits (accepted + 1) tokens for one target pass, stopping early at end-of-text or at
+the length limit. Both KV caches are then cropped so that they hold the prompt and every emitted
+token except the last one, which opens the next round.
+
+Greedy output equals what the target decodes alone token for token, up to floating-point
+differences between a (k+1)-token pass and a 1-token pass (near ties; see scripts/bench_speculative.py).
+Sampling output has exactly the target's distribution (Leviathan et al. 2023, Chen et al. 2023).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import torch
+
+from specscribe.models.drafters import Draft, Drafter
+from specscribe.models.interfaces import DecoderSession, LogitRules
+from specscribe.models.types import SpecStats
+
+if TYPE_CHECKING:
+    from specscribe.models.decoding import GenerateOptions, Generation
+
+
+@dataclass(frozen=True)
+class SpecOptions:
+    """How to run one decode.
+
+    Attributes:
+        eot: the end-of-text token id; generation stops after emitting it.
+        max_new_tokens: most tokens generated (end-of-text included).
+        n_ctx: the target's context length (n_text_ctx). No pass writes beyond it, so at most
+            n_ctx - len(prompt) + 1 tokens are generated, as in the plain loop.
+        temperature: 0 for greedy (the default); > 0 samples from softmax(logits / temperature).
+        k_init, k_min, k_max: the draft length at the start, and its bounds.
+        adaptive: adapt k and switch speculation off when it does not pay; False keeps k = k_init.
+        min_rounds: speculative rounds measured before speculation may be judged a loss.
+        probe_after: plain steps after a switch-off before speculation is tried again (doubles
+            after each further switch-off in the same decode).
+        keep_prompt_row: index of a prompt position whose raw logits the result keeps (the
+            start-of-transcript row, for no_speech_prob); None keeps nothing.
+    """
+
+    eot: int
+    max_new_tokens: int = 224
+    n_ctx: int = 448
+    temperature: float = 0.0
+    k_init: int = 4
+    k_min: int = 1
+    k_max: int = 12
+    adaptive: bool = True
+    min_rounds: int = 4
+    probe_after: int = 16
+    keep_prompt_row: int | None = None
+
+
+@dataclass(frozen=True)
+class SpecResult:
+    """The output of one decode.
+
+    Attributes:
+        tokens: generated ids (end-of-text included when it was generated).
+        logprobs: per token, log_softmax of the filtered logits (temperature 1) at that token.
+        finished: the decode ended with end-of-text (False: the length limit ended it).
+        prompt_row_logits: raw logits (V,) at options.keep_prompt_row, or None.
+        stats: counters and timings.
+    """
+
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finished: bool
+    prompt_row_logits: torch.Tensor | None
+    stats: SpecStats
+
+
+class DraftLength:
+    """The adaptive draft length and the on/off switch for one decode.
+
+    k grows by 2 after a fully accepted draft and shrinks by 1 after a rejection, within bounds.
+    Cost model: a target pass costs about the same for 1 or k+1 tokens (``plain_ms``, measured on
+    plain steps, else taken as this round's verify time); drafting costs what it measured. A
+    speculative round saves ``emitted * plain_ms - (verify_ms + draft_ms)``. When the saving summed
+    since the last (re)start is negative after ``min_rounds`` rounds, speculation switches off for
+    ``probe_after`` plain steps, then comes back at k_init (the pause doubles on each switch-off).
+    """
+
+    def __init__(self, options: SpecOptions):
+        self.options = options
+        self.k = options.k_init
+        self.off_steps = 0  # plain steps left before the next probe
+        self.pause = options.probe_after
+        self.switch_offs = 0
+        self.plain_ms: float | None = None
+        self._saved_ms = 0.0
+        self._rounds = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.off_steps == 0
+
+    def next_k(self) -> int:
+        return self.k if self.enabled else 0
+
+    def update(
+        self, drafted: int, accepted: int, emitted: int, verify_ms: float, draft_ms: float, measure: bool = True
+    ) -> None:
+        """After a round. measure=False (the prompt pass, far costlier than a step) adapts k only."""
+        opts = self.options
+        if drafted == 0 and not measure:
+            return
+        if drafted == 0:  # a plain step: measure the 1-token pass, count down a pause
+            self.plain_ms = verify_ms if self.plain_ms is None else 0.8 * self.plain_ms + 0.2 * verify_ms
+            if self.off_steps > 0:
+                self.off_steps -= 1
+                if self.off_steps == 0:
+                    self.k, self._saved_ms, self._rounds = opts.k_init, 0.0, 0
+            return
+        if not opts.adaptive:
+            return
+        self.k = min(opts.k_max, self.k + 2) if accepted == drafted else max(opts.k_min, self.k - 1)
+        if not measure:
+            return
+        unit = self.plain_ms if self.plain_ms is not None else verify_ms
+        self._saved_ms += emitted * unit - (verify_ms + draft_ms)
+        self._rounds += 1
+        if self._rounds >= opts.min_rounds and self._saved_ms < 0:
+            self.off_steps = self.pause
+            self.pause *= 2
+            self.switch_offs += 1
+
+
+class _Stats:
+    """Mutable counters during a decode; frozen into SpecStats at the end."""
+
+    def __init__(self):
+        self.passes = self.tokens = self.drafted = self.accepted = 0
+        self.draft_ms = self.verify_ms = 0.0
+
+    def freeze(self) -> SpecStats:
+        return SpecStats(self.passes, self.tokens, self.drafted, self.accepted, self.draft_ms, self.verify_ms)
+
+
+def generate(
+    target: DecoderSession,
+    rules: LogitRules,
+    prompt: Sequence[int],
+    drafter: Drafter | None,
+    options: SpecOptions,
+    generator: torch.Generator | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> SpecResult:
+    """Decode after ``prompt`` (the start sequence) with the target, speculating with ``drafter``.
+
+    target: a fresh DecoderSession, or one whose cache holds a prefix of the prompt.
+    drafter: None decodes plainly (k = 0 every round).
+    generator: the random source for sampling (temperature > 0).
+    clock: seconds, for the timings (tests inject a fake one).
+    """
+    prompt = list(prompt)
+    if not prompt:
+        raise ValueError("the prompt must hold at least the start-of-transcript token")
+    if target.length > len(prompt):
+        raise ValueError(f"target cache holds {target.length} tokens, more than the prompt's {len(prompt)}")
+    opts = options
+    # the plain loop's limit: no pass writes beyond n_ctx, so at most n_ctx - P + 1 tokens
+    limit = max(0, min(opts.max_new_tokens, opts.n_ctx - len(prompt) + 1))
+    control = DraftLength(opts)
+    stats = _Stats()
+    generated: list[int] = []
+    logprobs: list[float] = []
+    pending = prompt[target.length :]  # tokens not yet in the target's cache
+    row_logits: torch.Tensor | None = None
+    finished = False
+    if drafter is not None:
+        drafter.begin(prompt, opts.temperature, generator)
+    try:
+        while len(generated) < limit and not finished:
+            room = limit - len(generated)
+            # never write beyond the context; k drafts can emit k + 1 tokens
+            k = min(control.next_k(), room - 1, opts.n_ctx - target.length - len(pending)) if drafter else 0
+            draft, propose_ms = Draft(()), 0.0
+            if k > 0:
+                t0 = clock()
+                draft = drafter.propose(generated, k)
+                draft = Draft(tuple(draft.tokens[:k]), None if draft.probs is None else draft.probs[:k])
+                propose_ms = (clock() - t0) * 1e3
+            t0 = clock()
+            start, prefill = target.length, len(pending) > 1
+            logits = target.forward(pending + list(draft.tokens))  # (P + n, V)
+            if opts.keep_prompt_row is not None and start <= opts.keep_prompt_row < start + len(pending):
+                row_logits = logits[opts.keep_prompt_row - start].clone()
+            rows = logits[len(pending) - 1 :]  # (n + 1, V): row i predicts the token after draft[:i]
+            if opts.temperature > 0:
+                emitted, lps = _verify_sampling(rows, draft, generated, rules, opts, room, generator)
+            else:
+                emitted, lps = _verify_greedy(rows, draft.tokens, generated, rules, opts.eot, room)
+            verify_ms = (clock() - t0) * 1e3
+            n_acc = sum(1 for _ in _common_prefix(emitted, draft.tokens))
+            generated += emitted
+            logprobs += lps
+            finished = emitted[-1] == opts.eot
+            # keep the prompt and every emitted token but the last one in the caches
+            target.crop(len(prompt) + len(generated) - 1)
+            pending = [generated[-1]]
+            t1 = clock()
+            if drafter is not None:
+                drafter.accept(generated)
+            draft_ms = propose_ms + (clock() - t1) * 1e3
+            stats.passes += 1
+            stats.tokens += len(emitted)
+            stats.drafted += len(draft.tokens)
+            stats.accepted += n_acc
+            stats.verify_ms += verify_ms
+            stats.draft_ms += draft_ms
+            control.update(len(draft.tokens), n_acc, len(emitted), verify_ms, draft_ms, measure=not prefill)
+    finally:
+        if drafter is not None:
+            drafter.finish()
+    return SpecResult(tuple(generated), tuple(logprobs), finished, row_logits, stats.freeze())
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]):
+    for x, y in zip(a, b):
+        if x != y:
+            return
+        yield x
+
+
+def _verify_greedy(
+    rows: torch.Tensor, draft: Sequence[int], generated: list[int], rules: LogitRules, eot: int, room: int
+) -> tuple[list[int], list[float]]:
+    """rows: (n + 1, V) raw logits. Emits the accepted drafts, then the correction or bonus token."""
+    out: list[int] = []
+    lps: list[float] = []
+    for i in range(len(draft) + 1):
+        filtered = rules.apply(rows[i].clone(), generated + out)  # (V,)
+        token = int(filtered.argmax())
+        lps.append(float(torch.log_softmax(filtered, dim=-1)[token]))
+        out.append(token)
+        if token == eot or len(out) >= room or i == len(draft) or token != draft[i]:
+            break
+    return out, lps
+
+
+def _verify_sampling(
+    rows: torch.Tensor,
+    draft: Draft,
+    generated: list[int],
+    rules: LogitRules,
+    opts: SpecOptions,
+    room: int,
+    generator: torch.Generator | None,
+) -> tuple[list[int], list[float]]:
+    """The rejection rule: accept x with prob min(1, p(x)/q(x)), else sample max(0, p - q), normalised."""
+    out: list[int] = []
+    lps: list[float] = []
+    for i in range(len(draft.tokens) + 1):
+        filtered = rules.apply(rows[i].clone(), generated + out)  # (V,)
+        p = torch.softmax(filtered / opts.temperature, dim=-1)  # (V,)
+        accepted = False
+        if i < len(draft.tokens):
+            x = draft.tokens[i]
+            q = _draft_dist(draft, i, p)  # (V,)
+            u = float(torch.rand((), generator=generator))
+            accepted = float(q[x]) > 0 and u < min(1.0, float(p[x]) / float(q[x]))
+            if accepted:
+                token = x
+            else:
+                residual = torch.clamp(p - q, min=0)
+                total = float(residual.sum())
+                token = int(torch.multinomial(residual / total if total > 0 else p, 1, generator=generator))
+        else:
+            token = int(torch.multinomial(p, 1, generator=generator))
+        lps.append(float(torch.log_softmax(filtered, dim=-1)[token]))
+        out.append(token)
+        if token == opts.eot or len(out) >= room or not accepted:
+            break
+    return out, lps
+
+
+def _draft_dist(draft: Draft, i: int, like: torch.Tensor) -> torch.Tensor:
+    """The drafter's distribution at position i (V,); a point mass when it gave none."""
+    if draft.probs is not None:
+        return draft.probs[i].to(like.dtype)
+    q = torch.zeros_like(like)
+    q[draft.tokens[i]] = 1.0
+    return q
+
+
+def generate_window(
+    session: DecoderSession,
+    prompt: Sequence[int],
+    rules: LogitRules,
+    options: "GenerateOptions",
+    drafter: Drafter | None,
+    n_ctx: int,
+    spec: SpecOptions | None = None,
+) -> tuple["Generation", SpecStats]:
+    """A drop-in for models/decoding.generate (same inputs, same Generation) plus SpecStats.
+
+    spec: draft-length settings (k_init, bounds, adaptive ...); its eot, length, temperature
+    and prompt-row fields are taken from ``options``.
+    """
+    import dataclasses
+    import math
+
+    from specscribe.models.decoding import Generation
+
+    spec = dataclasses.replace(
+        spec or SpecOptions(eot=options.eot),
+        eot=options.eot,
+        max_new_tokens=options.max_new_tokens,
+        n_ctx=n_ctx,
+        temperature=options.temperature,
+        keep_prompt_row=options.sot_index if options.no_speech >= 0 else None,
+    )
+    generator = None
+    if options.temperature > 0 and options.seed is not None:
+        generator = torch.Generator().manual_seed(options.seed)
+    res = generate(session, rules, prompt, drafter, spec, generator)
+    tokens = res.tokens[:-1] if res.finished else res.tokens
+    sum_logprob = sum(res.logprobs)
+    if not math.isfinite(sum_logprob):
+        sum_logprob = -1e9
+    no_speech_prob = 0.0
+    if res.prompt_row_logits is not None:
+        no_speech_prob = float(torch.softmax(res.prompt_row_logits, dim=-1)[options.no_speech])
+    gen = Generation(tuple(tokens), sum_logprob, no_speech_prob, max(0, res.stats.target_passes - 1), res.finished)
+    return gen, res.stats

@@ -1,0 +1,318 @@
+"""Whisper in torch: encoder, reusable decoder layers, and a KV-cached decoder session per window.
+
+Architecture (as CTranslate2 runs it): pre-LN transformer, exact (erf) GELU, attention scale
+1/sqrt(head_dim), LayerNorm eps 1e-5, sinusoid encoder positions as stored, learned decoder
+positions, output projection tied to the token embedding, no embedding scale.
+
+API:
+    model = WhisperModel.from_ct2(read_model_bin(path))         # float32 modules
+    enc = model.encode(mel)                                     # mel (1, n_mels, 3000) -> (1, 1500, d)
+    session = model.decoder.session(enc)                        # cross-attention K/V computed here, once
+    logits = session.forward([sot, lang, task])                 # (T, V) float32, one pass
+    logits, scores = session.forward(tokens, return_cross_attention=True)
+        # scores: (n_layers, n_heads, T, n_audio_ctx) float32, the *pre-softmax* scaled q.k
+        # cross-attention logits (as openai/whisper's QKs used for word alignment); softmax them
+        # over the first num_frames // 2 audio positions yourself.
+    session.crop(n); session.length                             # roll back rejected tokens
+
+Building a draft decoder from the target's layers (shared embedding, positions, final LN, head):
+    target = model.decoder
+    draft = TextDecoder(target.token_embedding, target.positional_embedding,
+                        [copy.deepcopy(target.layers[0]), copy.deepcopy(target.layers[-1])],
+                        target.ln, target.proj)
+    draft_session = draft.session(enc)      # a DecoderSession with its own KVCache
+``DecoderSession`` works for any stack of ``DecoderLayer`` modules; each layer owns its
+self-attention, cross-attention and MLP, and knows nothing about its index in the stack.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specscribe.models.kv_cache import KVCache
+from specscribe.models.weights import Ct2Model, WhisperDims
+
+LN_EPS = 1e-5
+
+
+def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(1, T, d) -> (1, H, T, Dh)."""
+    b, t, d = x.shape
+    return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
+
+
+def _merge(x: torch.Tensor) -> torch.Tensor:
+    """(1, H, T, Dh) -> (1, T, d)."""
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dh)
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int, d_ff: int):
+        super().__init__()
+        self.fc1 = nn.Linear(d, d_ff)
+        self.fc2 = nn.Linear(d_ff, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Pre-LN self-attention (fused QKV) + MLP."""
+
+    def __init__(self, d: int, n_heads: int, d_ff: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.attn_ln = nn.LayerNorm(d, eps=LN_EPS)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.mlp_ln = nn.LayerNorm(d, eps=LN_EPS)
+        self.mlp = MLP(d, d_ff)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (1, S, d)
+        q, k, v = self.qkv(self.attn_ln(x)).chunk(3, dim=-1)
+        h = self.n_heads
+        a = F.scaled_dot_product_attention(_heads(q, h), _heads(k, h), _heads(v, h))
+        x = x + self.out(_merge(a))
+        return x + self.mlp(self.mlp_ln(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-LN causal self-attention (KV-cached) + cross-attention + MLP. Reusable in any stack."""
+
+    def __init__(self, d: int, n_heads: int, d_ff: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.attn_ln = nn.LayerNorm(d, eps=LN_EPS)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.cross_ln = nn.LayerNorm(d, eps=LN_EPS)
+        self.cross_q = nn.Linear(d, d)
+        self.cross_kv = nn.Linear(d, 2 * d)
+        self.cross_out = nn.Linear(d, d)
+        self.mlp_ln = nn.LayerNorm(d, eps=LN_EPS)
+        self.mlp = MLP(d, d_ff)
+
+    def cross_keys_values(self, enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """enc (1, S, d) -> K, V (1, H, S, Dh), computed once per window."""
+        k, v = self.cross_kv(enc).chunk(2, dim=-1)
+        return _heads(k, self.n_heads).contiguous(), _heads(v, self.n_heads).contiguous()
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (1, T, d)
+        cache: KVCache,
+        index: int,  # this layer's slot in the cache
+        mask: torch.Tensor | None,  # (T, L+T) bool, True = attend; None for T == 1
+        cross_k: torch.Tensor,  # (1, H, S, Dh)
+        cross_v: torch.Tensor,
+        want_scores: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        h = self.n_heads
+        q, k, v = self.qkv(self.attn_ln(x)).chunk(3, dim=-1)
+        keys, values = cache.write(index, _heads(k, h), _heads(v, h))
+        a = F.scaled_dot_product_attention(_heads(q, h), keys, values, attn_mask=mask)
+        x = x + self.out(_merge(a))
+
+        q = _heads(self.cross_q(self.cross_ln(x)), h)  # (1, H, T, Dh)
+        scores = None
+        if want_scores:
+            scores = (q @ cross_k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)  # (1, H, T, S)
+            a = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ cross_v
+        else:
+            a = F.scaled_dot_product_attention(q, cross_k, cross_v)
+        x = x + self.cross_out(_merge(a))
+        x = x + self.mlp(self.mlp_ln(x))
+        return x, scores
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, dims: WhisperDims):
+        super().__init__()
+        d = dims.n_audio_state
+        self.conv1 = nn.Conv1d(dims.n_mels, d, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(d, d, kernel_size=3, stride=2, padding=1)
+        self.register_buffer("positional_embedding", torch.zeros(dims.n_audio_ctx, d))
+        self.layers = nn.ModuleList(EncoderLayer(d, dims.n_audio_head, 4 * d) for _ in range(dims.n_audio_layer))
+        self.ln_post = nn.LayerNorm(d, eps=LN_EPS)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:  # (1, n_mels, 3000) -> (1, 1500, d)
+        x = F.gelu(self.conv1(mel))
+        x = F.gelu(self.conv2(x)).transpose(1, 2)  # (1, 1500, d)
+        x = x + self.positional_embedding[: x.shape[1]].to(x.dtype)
+        for layer in self.layers:
+            x = layer(x)
+        return self.ln_post(x)
+
+
+class TextDecoder(nn.Module):
+    """A stack of DecoderLayers around a token embedding, positions, final LN and output head.
+
+    The parts are modules (or a buffer) so that a draft decoder can share the target's.
+    """
+
+    def __init__(
+        self,
+        token_embedding: nn.Embedding,  # (V, d)
+        positional_embedding: torch.Tensor,  # (n_text_ctx, d)
+        layers: Sequence[DecoderLayer],
+        ln: nn.LayerNorm,
+        proj: nn.Linear,  # d -> V, weight tied to token_embedding (untied only after quantization)
+    ):
+        super().__init__()
+        self.token_embedding = token_embedding
+        self.register_buffer("positional_embedding", positional_embedding)
+        self.layers = nn.ModuleList(layers)
+        self.ln = ln
+        self.proj = proj
+
+    @property
+    def n_ctx(self) -> int:
+        return self.positional_embedding.shape[0]
+
+    def cross_keys_values(self, enc: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer K, V (1, H, S, Dh) over enc (1, S, d); reusable by every session on the window."""
+        with torch.inference_mode():
+            enc = enc.to(self.positional_embedding.dtype)
+            return [layer.cross_keys_values(enc) for layer in self.layers]
+
+    def session(self, enc: torch.Tensor, cross: list | None = None) -> "DecoderSession":
+        return DecoderSession(self, enc, cross)
+
+
+class DecoderSession:
+    """A TextDecoder bound to one window's encoder output (batch 1), with its own KVCache.
+
+    Implements the DecoderSession protocol of models/interfaces.py.
+    """
+
+    def __init__(self, decoder: TextDecoder, enc: torch.Tensor, cross: list | None = None):
+        # enc (1, S, d); cross: precomputed decoder.cross_keys_values(enc), or None to compute it
+        self.decoder = decoder
+        layer0 = decoder.layers[0]
+        d = decoder.positional_embedding.shape[1]
+        self.dtype = decoder.positional_embedding.dtype
+        self.cross = cross if cross is not None else decoder.cross_keys_values(enc)
+        self.cache = KVCache(
+            len(decoder.layers), layer0.n_heads, d // layer0.n_heads, decoder.n_ctx, self.dtype, enc.device
+        )
+        self._positions = torch.arange(decoder.n_ctx, device=enc.device)
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def crop(self, length: int) -> None:
+        self.cache.crop(length)
+
+    def forward(self, tokens: Sequence[int], return_cross_attention: bool = False):
+        """Append T tokens in one pass. Returns logits (T, V) float32, row i predicting the token
+        after tokens[i]; with return_cross_attention also the cross-attention logits
+        (n_layers, n_heads, T, S) float32."""
+        dec = self.decoder
+        start, t = self.cache.length, len(tokens)
+        if start + t > dec.n_ctx:
+            raise ValueError(f"decoder context full: {start + t} > {dec.n_ctx} positions")
+        with torch.inference_mode():
+            ids = torch.tensor([list(tokens)], dtype=torch.long, device=self._positions.device)  # (1, T)
+            x = dec.token_embedding(ids) + dec.positional_embedding[start : start + t]  # (1, T, d)
+            x = x.to(self.dtype)
+            mask = None
+            if t > 1:  # row i attends to cached positions and new positions <= i
+                mask = self._positions[: start + t].unsqueeze(0) <= (self._positions[:t] + start).unsqueeze(1)
+            all_scores = []
+            for i, layer in enumerate(dec.layers):
+                ck, cv = self.cross[i]
+                x, scores = layer(x, self.cache, i, mask, ck, cv, return_cross_attention)
+                if scores is not None:
+                    all_scores.append(scores[0].float())
+            self.cache.advance(t)
+            logits = dec.proj(dec.ln(x))[0].float()  # (T, V)
+        if return_cross_attention:
+            return logits, torch.stack(all_scores)  # (n_layers, H, T, S)
+        return logits
+
+
+class WhisperModel(nn.Module):
+    """Encoder + decoder. ``encode`` once per window, then ``decoder.session(enc)`` per decode."""
+
+    def __init__(self, dims: WhisperDims):
+        super().__init__()
+        self.dims = dims
+        d, v = dims.n_text_state, dims.n_vocab
+        self.encoder = AudioEncoder(dims)
+        embedding = nn.Embedding(v, d)
+        proj = nn.Linear(d, v, bias=False)
+        proj.weight = embedding.weight  # tied
+        layers = [DecoderLayer(d, dims.n_text_head, 4 * d) for _ in range(dims.n_text_layer)]
+        self.decoder = TextDecoder(
+            embedding, torch.zeros(dims.n_text_ctx, d), layers, nn.LayerNorm(d, eps=LN_EPS), proj
+        )
+
+    def encode(self, mel: torch.Tensor) -> torch.Tensor:
+        """mel (1, n_mels, 3000) float -> encoder output (1, 1500, d) in the model's dtype."""
+        with torch.inference_mode():
+            return self.encoder(mel.to(self.encoder.conv1.weight.dtype))
+
+    def session(self, enc: torch.Tensor) -> DecoderSession:
+        return self.decoder.session(enc)
+
+    @classmethod
+    def from_ct2(cls, ct2: Ct2Model) -> "WhisperModel":
+        """Build a float32 model from a CTranslate2 WhisperSpec (any size, any stored dtype)."""
+        dims = WhisperDims.from_model(ct2)
+        with torch.device("meta"):  # no random init: every weight comes from the file
+            model = cls(dims)
+        sd = _state_dict_from_ct2(ct2, dims)
+        missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
+        missing = [m for m in missing if m != "decoder.proj.weight"]
+        if missing or unexpected:
+            raise ValueError(f"weight mapping mismatch: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        model.decoder.proj.weight = model.decoder.token_embedding.weight  # re-tie after assign
+        return model.eval()
+
+
+def _state_dict_from_ct2(ct2: Ct2Model, dims: WhisperDims) -> dict[str, torch.Tensor]:
+    f = ct2.float
+    sd: dict[str, torch.Tensor] = {}
+
+    def linear(dst: str, src: str) -> None:
+        sd[dst + ".weight"] = f(src + "/weight")
+        sd[dst + ".bias"] = f(src + "/bias")
+
+    def norm(dst: str, src: str) -> None:
+        sd[dst + ".weight"] = f(src + "/gamma")
+        sd[dst + ".bias"] = f(src + "/beta")
+
+    linear("encoder.conv1", "encoder/conv1")
+    linear("encoder.conv2", "encoder/conv2")
+    sd["encoder.positional_embedding"] = f("encoder/position_encodings/encodings")
+    for i in range(dims.n_audio_layer):
+        p, s = f"encoder.layers.{i}.", f"encoder/layer_{i}/"
+        norm(p + "attn_ln", s + "self_attention/layer_norm")
+        linear(p + "qkv", s + "self_attention/linear_0")
+        linear(p + "out", s + "self_attention/linear_1")
+        norm(p + "mlp_ln", s + "ffn/layer_norm")
+        linear(p + "mlp.fc1", s + "ffn/linear_0")
+        linear(p + "mlp.fc2", s + "ffn/linear_1")
+    norm("encoder.ln_post", "encoder/layer_norm")
+    sd["decoder.token_embedding.weight"] = f("decoder/embeddings/weight")
+    sd["decoder.positional_embedding"] = f("decoder/position_encodings/encodings")
+    for i in range(dims.n_text_layer):
+        p, s = f"decoder.layers.{i}.", f"decoder/layer_{i}/"
+        norm(p + "attn_ln", s + "self_attention/layer_norm")
+        linear(p + "qkv", s + "self_attention/linear_0")
+        linear(p + "out", s + "self_attention/linear_1")
+        norm(p + "cross_ln", s + "attention/layer_norm")
+        linear(p + "cross_q", s + "attention/linear_0")
+        linear(p + "cross_kv", s + "attention/linear_1")
+        linear(p + "cross_out", s + "attention/linear_2")
+        norm(p + "mlp_ln", s + "ffn/layer_norm")
+        linear(p + "mlp.fc1", s + "ffn/linear_0")
+        linear(p + "mlp.fc2", s + "ffn/linear_1")
+    norm("decoder.ln", "decoder/layer_norm")
+    return sd

@@ -1,0 +1,188 @@
+"""Streaming policies: which words of a re-decoded buffer become final, and what audio to keep.
+
+A policy never touches a model. The session asks it which span to decode (`window`), decodes it,
+and hands back the hypothesis as words with absolute times (`process`); the policy answers with
+newly committed words, the partial tail and how much audio it still needs. `finish` commits all.
+
+LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRProcessor):
+- each update re-decodes the uncommitted buffer, with text committed before it as the prompt;
+- the longest common prefix of the last two hypotheses (after the committed words) is committed;
+- committed text is append-only: it is never rewritten, only extended;
+- the buffer start moves to the end of the last committed sentence (or, past `trim_after`
+  seconds, the last committed word), so the decoded span stays short and latency flat;
+- past `max_buffer` seconds the hypothesis is committed by force, so the buffer stays bounded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from specscribe.models.types import Word
+
+SENTENCE_END = (".", "?", "!", "。", "？", "！")
+_PUNCT = re.compile(r"[^\w']+", re.UNICODE)
+
+
+def normalize_word(text: str) -> str:
+    """The form two hypotheses' words are compared in: lower case, punctuation and spaces dropped."""
+    return _PUNCT.sub("", text.lower())
+
+
+@dataclass(frozen=True)
+class PolicyUpdate:
+    """What one `process`/`finish` call decided.
+
+    Attributes:
+        committed: words that became final now (absolute seconds), in order.
+        partial: the uncommitted tail of the latest hypothesis.
+        buffer_start: seconds; audio before it is no longer needed by the policy.
+    """
+
+    committed: tuple[Word, ...] = ()
+    partial: tuple[Word, ...] = ()
+    buffer_start: float = 0.0
+
+
+@dataclass(frozen=True)
+class LocalAgreementOptions:
+    """Attributes:
+        trim_after: buffer seconds past which the buffer is trimmed at the last committed word
+            (sentence ends trim it at any length).
+        max_buffer: buffer seconds past which the whole hypothesis is committed by force.
+        prompt_chars: characters of committed text (before the buffer) given as the prompt.
+        min_trim_gap: seconds a trim point keeps before the next uncommitted word starts.
+    """
+
+    trim_after: float = 12.0
+    max_buffer: float = 25.0
+    prompt_chars: int = 200
+    min_trim_gap: float = 0.0
+
+
+class StreamingPolicy(Protocol):
+    """insert_audio / window / process / finish; pure state, no model."""
+
+    def insert_audio(self, end: float) -> None:
+        """Audio up to `end` seconds is in the buffer."""
+        ...
+
+    def window(self) -> tuple[float, str]:
+        """(start seconds of the span to decode, prompt text). The span ends at the last inserted audio."""
+        ...
+
+    def process(self, words: Sequence[Word]) -> PolicyUpdate:
+        """The hypothesis for [window start, audio end) as words with absolute times."""
+        ...
+
+    def finish(self, words: Sequence[Word], reset: bool = True) -> PolicyUpdate:
+        """Last hypothesis of the buffer (end of utterance or stream): commit all of it.
+
+        reset: also empty the buffer; False keeps it (trimmed as usual) as the next utterance's context.
+        """
+        ...
+
+    def skip(self, to: float) -> None:
+        """No speech before `to` (seconds): drop it from the buffer if nothing is pending there."""
+        ...
+
+
+@dataclass
+class LocalAgreement:
+    """LocalAgreement-2. One instance per stream."""
+
+    options: LocalAgreementOptions = field(default_factory=LocalAgreementOptions)
+    buffer_start: float = 0.0
+    audio_end: float = 0.0
+    committed: list[Word] = field(default_factory=list)  # every committed word, for the prompt
+    _in_buffer: list[Word] = field(default_factory=list)  # committed words inside the buffer
+    _previous: list[Word] = field(default_factory=list)  # uncommitted tail of the last hypothesis
+    _last_end: float = 0.0  # end of the last committed word
+
+    # ---- the protocol ----
+    def insert_audio(self, end: float) -> None:
+        self.audio_end = max(self.audio_end, end)
+
+    def window(self) -> tuple[float, str]:
+        start = max(self.buffer_start, self.audio_end - 30.0)
+        before = [w for w in self.committed[-60:] if w.end <= self.buffer_start + 1e-6]
+        prompt = "".join(w.text for w in before)[-self.options.prompt_chars :]
+        return start, prompt if prompt.strip() else ""
+
+    def process(self, words: Sequence[Word]) -> PolicyUpdate:
+        new = self._new_words(words)
+        agreed = 0
+        while agreed < min(len(new), len(self._previous)) and normalize_word(new[agreed].text) == normalize_word(
+            self._previous[agreed].text
+        ):
+            agreed += 1
+        commit = new[:agreed]
+        self._previous = new[agreed:]
+        if self.audio_end - self.buffer_start > self.options.max_buffer and self._previous:
+            commit = commit + self._previous  # the buffer must not grow further: commit by force
+            self._previous = []
+        self._commit(commit)
+        self._trim()
+        return PolicyUpdate(tuple(commit), tuple(self._previous), self.buffer_start)
+
+    def finish(self, words: Sequence[Word], reset: bool = True) -> PolicyUpdate:
+        commit = self._new_words(words)
+        self._commit(commit)
+        self._previous = []
+        if reset:
+            self._in_buffer = []
+            self.buffer_start = max(self.buffer_start, self.audio_end)
+        else:  # keep the audio as context for the next utterance; skip() drops it
+            self._trim()
+        return PolicyUpdate(tuple(commit), (), self.buffer_start)
+
+    def skip(self, to: float) -> None:
+        if not self._previous:
+            self.audio_end = max(self.audio_end, to)
+            self.buffer_start = max(self.buffer_start, to)
+            self._in_buffer = [w for w in self._in_buffer if w.end > self.buffer_start]
+
+    # ---- helpers ----
+    @property
+    def partial(self) -> tuple[Word, ...]:
+        return tuple(self._previous)
+
+    def _new_words(self, words: Sequence[Word]) -> list[Word]:
+        """The hypothesis minus what is already committed: by time, then by an n-gram overlap."""
+        new = [w for w in words if w.text.strip() and w.start > self._last_end - 0.1]
+        if new and self._in_buffer and abs(new[0].start - self._last_end) < 1.0:
+            for n in range(min(len(self._in_buffer), len(new), 5), 0, -1):
+                tail = [normalize_word(w.text) for w in self._in_buffer[-n:]]
+                head = [normalize_word(w.text) for w in new[:n]]
+                if tail == head:
+                    new = new[n:]
+                    break
+        return new
+
+    def _commit(self, words: Sequence[Word]) -> None:
+        if not words:
+            return
+        self.committed.extend(words)
+        self._in_buffer.extend(words)
+        self._last_end = max(self._last_end, words[-1].end)
+        if len(self.committed) > 400:  # the prompt needs only the tail
+            del self.committed[:-200]
+
+    def _trim(self) -> None:
+        """Move the buffer start to a committed sentence end (or any committed word when long)."""
+        if not self._in_buffer:
+            return
+        limit = self._previous[0].start - self.options.min_trim_gap if self._previous else float("inf")
+        cut = None
+        for w in self._in_buffer:
+            if w.end > limit:
+                break
+            if w.text.strip().endswith(SENTENCE_END):
+                cut = w.end
+        if cut is None and self.audio_end - self.buffer_start > min(self.options.trim_after, self.options.max_buffer):
+            fits = [w.end for w in self._in_buffer if w.end <= limit]
+            cut = fits[-1] if fits else None
+        if cut is not None and cut > self.buffer_start:
+            self.buffer_start = cut
+            self._in_buffer = [w for w in self._in_buffer if w.end > cut]

@@ -1,0 +1,317 @@
+"""A streaming session: ring buffer + VAD + streaming policy + the shared model scheduler.
+
+Feed it audio with `insert_audio`, call `process()` whenever convenient (each call runs the VAD
+over the new audio and, when `update_interval` seconds of speech have arrived, one decode
+update), and `finish()` at the end. Each session owns all its state; model work goes through
+`ModelScheduler.run(session_id, job)`.
+
+One update: encode the uncommitted buffer once, decode it (committed text as the prompt, the
+previous hypothesis as the speculative draft), align words, let the policy commit the words the
+last two hypotheses agree on (`final` events) and show the rest (`partial`). Silence is never
+decoded: without VAD speech the buffer is dropped. A speech end commits the utterance. With
+`translate`, committed finals are grouped up to a sentence end (or an utterance end) and that span
+is encoded and decoded with Whisper's translate task; the `translation` event carries the id of the
+last final of the group (it covers every final after the previous translation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from typing import Callable
+
+import numpy as np
+
+from specscribe.models.types import DecodeRequest, SpecStats, Word
+from specscribe.pipeline.audio import SAMPLE_RATE
+from specscribe.pipeline.policy import SENTENCE_END, LocalAgreement, LocalAgreementOptions, StreamingPolicy
+from specscribe.pipeline.ring_buffer import RingBuffer
+from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.stream_jobs import Hypothesis, max_tokens_for, transcribe_job, translate_job
+from specscribe.pipeline.types import CaptionEvent, StreamOptions
+from specscribe.pipeline.vad import SileroVad, VadEvent, VadOptions
+
+LANGUAGE_LOCK_SECONDS = 2.0  # detected language is fixed once a decode of this much audio has words
+TRANSLATE_MAX_SPAN = 10.0  # seconds of finals translated together at most
+MIN_WINDOW = 1.0  # seconds: shorter windows are not decoded (Whisper guesses on them)
+MIN_WINDOW_SPEECH = 0.25  # seconds of VAD speech a window needs to be decoded (else it is silence)
+CONTEXT_GAP = 2.0  # seconds of silence after which the last utterance's audio stops being context
+
+
+class _NoVad:
+    """Treats everything as speech (StreamOptions.vad=False)."""
+
+    in_speech = False
+
+    def process(self, samples: np.ndarray) -> list[VadEvent]:
+        if self.in_speech:
+            return []
+        self.in_speech = True
+        return [VadEvent("start", 0)]
+
+    def flush(self) -> list[VadEvent]:
+        return []
+
+    def speech_seconds(self, start: int, end: int) -> float:
+        return (end - start) / SAMPLE_RATE
+
+
+class StreamSession:
+    """One stream's captioning state. Not thread-safe: use it from one event loop."""
+
+    def __init__(
+        self,
+        scheduler: ModelScheduler,
+        options: StreamOptions,
+        session_id: str,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        vad: SileroVad | None = None,
+        policy: StreamingPolicy | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.options = options
+        self.session_id = session_id
+        self._clock = clock
+        self._t0 = clock()
+        if vad is None:
+            vad_opts = VadOptions(options.vad_threshold, None, options.min_speech, options.min_silence)
+            vad = SileroVad(vad_opts) if options.vad else _NoVad()
+        self._vad = vad
+        self._policy = policy or LocalAgreement(LocalAgreementOptions(options.trim_after, options.max_buffer))
+        self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))
+        self._pending: collections.deque[np.ndarray] = collections.deque()
+        self._pending_n = 0
+        self._lock = asyncio.Lock()
+        self._pad = int(options.speech_pad * SAMPLE_RATE)
+        self._in_speech = False
+        self._speech_end = -(10**12)  # ring offset where the last utterance ended
+        self._last_update = 0  # ring offset of the last decode update
+        self._language = options.language
+        self._draft_tokens: tuple[int, ...] = ()
+        self._draft_text: str | None = None
+        self._last_partial = ""
+        self._final_id = 0
+        self._group: list[tuple[int, tuple[Word, ...]]] = []  # finals waiting for translation
+        self._last_translation = ""
+        self._translated_until = 0.0
+        self._stats = SpecStats()
+        self._counts = collections.Counter()
+        self._compute_s = 0.0
+        self._finished = False
+
+    # ---- public API ----
+    def insert_audio(self, samples: np.ndarray) -> None:
+        """samples: float32 mono 16 kHz, shape (n,), any n."""
+        if self._finished:
+            raise RuntimeError("insert_audio() after finish()")
+        x = np.asarray(samples, dtype=np.float32)
+        if x.ndim != 1:
+            raise ValueError(f"audio must be 1-D mono samples, got shape {x.shape}")
+        if x.size:
+            self._pending.append(np.nan_to_num(x, copy=False, nan=0.0, posinf=1.0, neginf=-1.0))
+            self._pending_n += x.size
+
+    @property
+    def pending_seconds(self) -> float:
+        return self._pending_n / SAMPLE_RATE
+
+    @property
+    def language(self) -> str | None:
+        return self._language
+
+    async def process(self) -> list[CaptionEvent]:
+        """Run the VAD over new audio and, when due, one decode update. Returns the events."""
+        async with self._lock:
+            return await self._process()
+
+    async def finish(self) -> list[CaptionEvent]:
+        """End of stream: commit everything, translate what is left, and emit the stats."""
+        async with self._lock:
+            if self._finished:
+                return []
+            events = await self._process()
+            for ev in self._vad.flush():
+                events += await self._on_vad(ev)
+            if self._in_speech:  # StreamOptions.vad=False, or a VAD that stays open
+                events += await self._end_utterance(self._ring.end, reset=True)
+            events += await self._translate_group(force=True)
+            self._finished = True
+            events.append(self._event("stats", stats=self.stats()))
+            return events
+
+    def stats(self) -> dict:
+        """SpecStats totals plus stream figures (audio and compute seconds, real-time factor)."""
+        audio_s = self._ring.end / SAMPLE_RATE
+        out = self._stats.to_dict()
+        out.update(
+            audio_s=round(audio_s, 3),
+            compute_s=round(self._compute_s, 3),
+            rtf=round(self._compute_s / audio_s, 4) if audio_s else 0.0,
+            updates=self._counts["updates"],
+            translations=self._counts["translations"],
+            rejected=self._counts["rejected"],
+            finals=self._final_id,
+        )
+        return out
+
+    # ---- internals ----
+    def _event(self, type_: str, **fields) -> CaptionEvent:
+        return CaptionEvent(type=type_, emitted_at=self._clock() - self._t0, **fields)
+
+    def _take(self, limit: int) -> np.ndarray:
+        parts, n = [], 0
+        while self._pending and n < limit:
+            chunk = self._pending.popleft()
+            if n + chunk.size > limit:
+                self._pending.appendleft(chunk[limit - n :])
+                chunk = chunk[: limit - n]
+            parts.append(chunk)
+            n += chunk.size
+        self._pending_n -= n
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    async def _process(self) -> list[CaptionEvent]:
+        events: list[CaptionEvent] = []
+        while self._pending:
+            # Slices keep the decoded span under max_buffer even when much audio waits.
+            room = self.options.max_buffer - (self._ring.end / SAMPLE_RATE - self._policy.window()[0])
+            limit = int(min(max(room, 1.0), 10.0) * SAMPLE_RATE) if self._in_speech else int(10.0 * SAMPLE_RATE)
+            chunk = self._take(limit)
+            self._ring.append(chunk)
+            for ev in self._vad.process(chunk):
+                events += await self._on_vad(ev)
+            if self._in_speech:
+                self._policy.insert_audio(self._ring.end / SAMPLE_RATE)
+                if self._ring.end - self._last_update >= self.options.update_interval * SAMPLE_RATE:
+                    events += await self._update(final=False, end=self._ring.end)
+            elif self._ring.end - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:
+                self._policy.skip(self._reach_back() / SAMPLE_RATE)  # long silence: no context kept
+            self._trim_ring()
+        return events
+
+    def _reach_back(self) -> int:
+        """The earliest offset a speech start found in the next audio may need."""
+        return self._ring.end - self._pad - int((self.options.min_speech + 0.5) * SAMPLE_RATE)
+
+    def _trim_ring(self) -> None:
+        keep = int(self._policy.window()[0] * SAMPLE_RATE) - self._pad
+        if not self._in_speech:
+            keep = min(keep, self._reach_back())
+        if self._group:
+            keep = min(keep, int(self._group[0][1][0].start * SAMPLE_RATE) - self._pad)
+        self._ring.trim(keep)
+
+    async def _on_vad(self, ev: VadEvent) -> list[CaptionEvent]:
+        if ev.kind == "start" and not self._in_speech:
+            self._in_speech = True
+            start = max(ev.offset - self._pad, self._ring.start)
+            self._policy.insert_audio(self._ring.end / SAMPLE_RATE)
+            if start - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:
+                self._policy.skip(start / SAMPLE_RATE)
+            self._last_update = start
+            return [self._event("speech_start", start=ev.offset / SAMPLE_RATE)]
+        if ev.kind == "end" and self._in_speech:
+            events = await self._end_utterance(min(ev.offset + self._pad, self._ring.end), reset=False)
+            events.append(self._event("speech_end", end=ev.offset / SAMPLE_RATE))
+            return events
+        return []
+
+    async def _end_utterance(self, end: int, reset: bool) -> list[CaptionEvent]:
+        self._policy.insert_audio(end / SAMPLE_RATE)
+        events = await self._update(final=True, end=end, reset=reset)
+        self._in_speech = False
+        self._speech_end = end
+        return events + await self._translate_group(force=True)
+
+    def _request(self, seconds: float) -> DecodeRequest:
+        return DecodeRequest(
+            task=self.options.task,
+            language=self._language,
+            timestamps=False,
+            max_new_tokens=max_tokens_for(seconds),
+            hypothesis_tokens=self._draft_tokens if self.options.draft else (),
+        )
+
+    async def _update(self, final: bool, end: int, reset: bool = True) -> list[CaptionEvent]:
+        start_s, prompt = self._policy.window()
+        start = max(int(round(start_s * SAMPLE_RATE)), self._ring.start)
+        self._last_update = end
+        events: list[CaptionEvent] = []
+        if (not final and end - start < MIN_WINDOW * SAMPLE_RATE) or end - start < int(0.1 * SAMPLE_RATE):
+            update = self._policy.finish((), reset) if final else None  # too short to decode
+        elif self._vad.speech_seconds(start, end) < MIN_WINDOW_SPEECH:
+            # silence only (e.g. the pause after a committed sentence): decoding it would only
+            # echo the prompt back, so it is not decoded at all
+            update = self._policy.finish((), reset) if final else None
+        else:
+            audio = self._ring.read(start, end)  # (end - start,)
+            seconds = audio.size / SAMPLE_RATE
+            draft_text = self._draft_text if self.options.draft else None
+            job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text)
+            hyp: Hypothesis = await self.scheduler.run(self.session_id, job)
+            self._account(hyp.stats, hyp.compute_s, "updates")
+            if hyp.rejected:
+                self._counts["rejected"] += 1
+            if self._language is None and hyp.words and seconds >= LANGUAGE_LOCK_SECONDS:
+                self._language = hyp.language
+            update = self._policy.finish(hyp.words, reset) if final else self._policy.process(hyp.words)
+            self._set_draft(hyp, start_s, update.buffer_start)
+        if update is None:
+            return events
+        if update.committed:
+            words = update.committed
+            text = "".join(w.text for w in words).strip()
+            events.append(self._event("final", id=self._final_id, start=words[0].start, end=words[-1].end, text=text, words=words))
+            self._group.append((self._final_id, words))
+            self._final_id += 1
+        partial = "".join(w.text for w in update.partial).strip()
+        if self.options.interim_results and partial != self._last_partial:
+            p = update.partial
+            events.append(
+                self._event("partial", start=p[0].start if p else None, end=p[-1].end if p else None, text=partial, words=p)
+            )
+        self._last_partial = partial
+        if not final:
+            events += await self._translate_group(force=False)
+        return events
+
+    def _set_draft(self, hyp: Hypothesis, window_start: float, buffer_start: float) -> None:
+        """The next decode's previous-hypothesis draft: the tokens, or the text after a moved start."""
+        if buffer_start <= window_start + 1e-6:
+            self._draft_tokens, self._draft_text = hyp.tokens, None
+        else:
+            self._draft_tokens = ()
+            self._draft_text = "".join(w.text for w in hyp.words if w.start >= buffer_start - 0.02)
+
+    def _account(self, stats: SpecStats, compute_s: float, counter: str) -> None:
+        self._stats = self._stats + stats
+        self._compute_s += compute_s
+        self._counts[counter] += 1
+
+    async def _translate_group(self, force: bool) -> list[CaptionEvent]:
+        if not (self.options.translate and self.options.task == "transcribe") or not self._group:
+            return []
+        first, last = self._group[0][1][0], self._group[-1][1][-1]
+        if not (force or last.text.strip().endswith(SENTENCE_END) or last.end - first.start > TRANSLATE_MAX_SPAN):
+            return []
+        group, self._group = self._group, []
+        # pad the span, but not into the neighbouring words (the last translated, the next partial)
+        nxt = self._policy.partial[0].start if getattr(self._policy, "partial", ()) else float("inf")
+        start = max(int(max(first.start - 0.1, self._translated_until) * SAMPLE_RATE), self._ring.start)
+        end = min(int(min(last.end + 0.2, nxt) * SAMPLE_RATE), self._ring.end)
+        self._translated_until = last.end
+        if end - start > 30 * SAMPLE_RATE:
+            start = end - 30 * SAMPLE_RATE
+        request = DecodeRequest(
+            task="translate", language=self._language, timestamps=False, max_new_tokens=max_tokens_for((end - start) / SAMPLE_RATE)
+        )
+        job = translate_job(self._ring.read(start, end), request, self._last_translation[-200:])
+        tr = await self.scheduler.run(self.session_id, job)
+        self._account(tr.stats, tr.compute_s, "translations")
+        if not tr.text:
+            return []
+        self._last_translation = tr.text
+        return [self._event("translation", id=group[-1][0], start=first.start, end=last.end, text=tr.text)]
+

@@ -1,0 +1,133 @@
+"""The model work of a streaming session, as plain functions run on the scheduler's model thread.
+
+Each job encodes its audio once and decodes it; it returns a frozen result with the wall time
+it took on the model thread (for the real-time factor), so nothing here touches session state.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from specscribe.models.engines import Transcriber
+from specscribe.models.types import DecodeRequest, SpecStats, Word
+from specscribe.pipeline.audio import SAMPLE_RATE
+
+# Whisper's own guards (openai/whisper transcribe.py defaults)
+NO_SPEECH_THRESHOLD = 0.6
+LOGPROB_THRESHOLD = -1.0
+COMPRESSION_RATIO_THRESHOLD = 2.4
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One decode of a buffer.
+
+    Attributes:
+        words: words with absolute times (seconds), empty when the guards rejected the decode.
+        tokens: generated token ids (the next update's previous-hypothesis draft).
+        language: language decoded in.
+        stats: speculative-decoding counters of this decode.
+        compute_s: wall seconds on the model thread (encode + decode + align).
+        rejected: why the guards dropped the text ("" when kept).
+    """
+
+    words: tuple[Word, ...]
+    tokens: tuple[int, ...]
+    language: str
+    stats: SpecStats
+    compute_s: float
+    rejected: str = ""
+
+
+@dataclass(frozen=True)
+class Translation:
+    """Attributes: text (English), tokens, stats, compute_s (as in Hypothesis)."""
+
+    text: str
+    tokens: tuple[int, ...]
+    stats: SpecStats
+    compute_s: float
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def max_tokens_for(seconds: float) -> int:
+    """A cap on generated tokens for `seconds` of speech: ends repetition loops early."""
+    return int(min(224, 16 + 10 * seconds))
+
+
+def transcribe_job(
+    audio: np.ndarray,  # (n,) float32, n <= 30 s
+    offset: float,  # seconds of the first sample in the stream
+    request: DecodeRequest,
+    prompt: str,
+    draft_text: str | None,
+) -> Callable[[Transcriber], Hypothesis]:
+    """Encode once, decode (transcribe or translate), align words; shift times by offset.
+
+    draft_text: when not None, the previous hypothesis as text, re-tokenized here (used after the
+    buffer start moved, when the old token ids no longer start where the window does).
+    """
+
+    def job(tr: Transcriber) -> Hypothesis:
+        t0 = time.perf_counter()
+        req = request
+        if prompt:
+            req = _replace(req, prompt_tokens=tuple(tr.encode_text(prompt)))
+        if draft_text is not None:
+            req = _replace(req, hypothesis_tokens=tuple(tr.encode_text(draft_text)) if draft_text else ())
+        encoded = tr.encode(audio)
+        result = tr.decode(encoded, req)
+        rejected = ""
+        if result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD:
+            rejected = "no speech"
+        elif compression_ratio(result.text) > COMPRESSION_RATIO_THRESHOLD:
+            rejected = "repetition"
+        words: list[Word] = []
+        if not rejected and result.text.strip():
+            duration = len(audio) / SAMPLE_RATE
+            for seg in tr.align_words(encoded, result):
+                for w in seg.words:
+                    start = min(max(w.start, 0.0), duration)
+                    end = min(max(w.end, start), duration)
+                    words.append(Word(start + offset, end + offset, w.text, w.probability))
+        return Hypothesis(
+            words=tuple(words),
+            tokens=tuple(result.tokens),
+            language=result.language,
+            stats=result.stats,
+            compute_s=time.perf_counter() - t0,
+            rejected=rejected,
+        )
+
+    return job
+
+
+def translate_job(audio: np.ndarray, request: DecodeRequest, prompt: str) -> Callable[[Transcriber], Translation]:
+    """Encode the span of a final (audio (n,) float32) and decode it with Whisper's translate task."""
+
+    def job(tr: Transcriber) -> Translation:
+        t0 = time.perf_counter()
+        req = _replace(request, prompt_tokens=tuple(tr.encode_text(prompt))) if prompt else request
+        encoded = tr.encode(audio)
+        result = tr.decode(encoded, req)
+        text = result.text.strip()
+        if compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD:
+            text = ""
+        return Translation(text, tuple(result.tokens), result.stats, time.perf_counter() - t0)
+
+    return job
+
+
+def _replace(request: DecodeRequest, **changes) -> DecodeRequest:
+    import dataclasses
+
+    return dataclasses.replace(request, **changes)

@@ -1,0 +1,223 @@
+"""Benchmark speculative decoding against plain target decoding, side by side in one run. JSON out.
+
+    python scripts/bench_speculative.py [--compute-type auto] [--repeat 3] [--out bench.json]
+
+For each real clip (the parity test's: jfk, five LibriVox clips, both halves of multilingual.mp3),
+encoded once, every drafter decodes the same window (transcribe, timestamps on):
+- none: the speculative loop without a drafter (plain greedy, one token per pass): the baseline;
+- reference: the engine's reference loop (models/decoding.generate), for the loop's own overhead;
+- ngram, decoder (the shipped trained checkpoint if any, else untrained copies of the target's
+  first and last layers), random (deliberately bad).
+It reports decode-phase time (median of --repeat), end-to-end time (encoder + decode), tokens per
+target pass and acceptance. Streaming re-decode: decode the first N-1 s, then the first N s with
+and without the previous-hypothesis drafter. Near ties: how often a speculative decode differs
+from the same-dtype plain decode (both tasks, timestamps on and off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", "multilingual-de"]
+
+
+def load_clips():
+    from specscribe.clips import clips_dir, librivox_clips
+    from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
+
+    folder = clips_dir()
+    out = {"jfk": load_audio(folder / "jfk.flac")}
+    for path in sorted(librivox_clips(folder)):
+        out[path.stem[-4:]] = load_audio(path)
+    multi = load_audio(folder / "multilingual.mp3")
+    cut = 30 * SAMPLE_RATE
+    out["multilingual-en"], out["multilingual-de"] = multi[:cut], multi[cut : 2 * cut]
+    return out
+
+
+class Bench:
+    def __init__(self, engine, repeat: int):
+        self.engine, self.repeat = engine, repeat
+
+    def setup(self, encoded, request, language):
+        from specscribe.models.decoding import GenerateOptions, max_new_tokens
+
+        eng, tok = self.engine, self.engine.tokenizer
+        prompt = eng.prompt(request, language)
+        options = GenerateOptions(
+            max_new_tokens=max_new_tokens(len(prompt), request.max_new_tokens, eng.dims.n_text_ctx),
+            eot=tok.eot, sot_index=prompt.index(tok.sot), no_speech=tok.no_speech,
+        )
+        return prompt, options, eng.rules(request)
+
+    def reference(self, encoded, request, language):
+        from specscribe.models.decoding import generate
+
+        prompt, options, rules = self.setup(encoded, request, language)
+        times, gen = [], None
+        for _ in range(self.repeat):
+            t0 = time.perf_counter()
+            gen = generate(self.engine.session(encoded), prompt, rules, options)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return gen, statistics.median(times)
+
+    def speculative(self, encoded, request, language, make_drafter):
+        from specscribe.models.speculative import generate_window
+
+        prompt, options, rules = self.setup(encoded, request, language)
+        times, out = [], None
+        for _ in range(self.repeat):
+            drafter = make_drafter(encoded, rules)
+            t0 = time.perf_counter()
+            out = generate_window(self.engine.session(encoded), prompt, rules, options, drafter, self.engine.dims.n_text_ctx)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return out[0], out[1], statistics.median(times)
+
+
+def drafter_factories(engine, draft):
+    from specscribe.models.draft import DraftDecoderDrafter
+    from specscribe.models.drafters import NgramDrafter, RandomDrafter
+
+    eot = engine.tokenizer.eot
+    return {
+        "none": lambda enc, rules: None,
+        "ngram": lambda enc, rules: NgramDrafter(),
+        "decoder": lambda enc, rules: DraftDecoderDrafter(draft, enc.handle, rules, eot, engine.session(enc).cross),
+        "random": lambda enc, rules: RandomDrafter(engine.dims.n_vocab, seed=0),
+    }
+
+
+def run(args) -> dict:
+    import torch
+
+    from specscribe.models.draft import DraftDecoder, shipped_checkpoint
+    from specscribe.models.drafters import PreviousHypothesisDrafter
+    from specscribe.models.engines import EngineOptions
+    from specscribe.models.spec_engine import SpecEngine
+    from specscribe.models.registry import resolve_model
+    from specscribe.models.types import DecodeRequest
+    from specscribe.pipeline.audio import SAMPLE_RATE
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    engine = SpecEngine(resolve_model(args.model), EngineOptions(model=args.model, compute_type=args.compute_type, draft="auto", draft_model=args.draft_model))
+    trained = engine.draft is not None
+    draft = engine.draft if trained else DraftDecoder.from_target(engine.model.decoder)
+    factories = drafter_factories(engine, draft)
+    bench = Bench(engine, args.repeat)
+    clips = load_clips()
+    names = [n for n in CLIP_NAMES if not args.clips or n in args.clips.split(",")]
+    report: dict = {
+        "config": {
+            "model": args.model, "compute_type": engine.compute_type, "threads": torch.get_num_threads(),
+            "repeat": args.repeat, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+            "draft_decoder": str(args.draft_model or shipped_checkpoint(args.model) or "untrained copies of target layers (0, -1)"),
+            "draft_trained": trained, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+        "clips": {}, "streaming": {}, "near_ties": {"compute_type": engine.compute_type, "decodes": 0, "differing": 0, "details": []},
+    }
+    for name in names:
+        audio = clips[name]
+        language = "de" if name == "multilingual-de" else "en"
+        t0 = time.perf_counter()
+        encoded = engine.encode(audio)
+        encode_ms = (time.perf_counter() - t0) * 1e3
+        request = DecodeRequest(language=language, timestamps=True)
+        ref, ref_ms = bench.reference(encoded, request, language)
+        row = {"duration_s": round(len(audio) / SAMPLE_RATE, 2), "encode_ms": round(encode_ms, 1),
+               "reference_loop": {"decode_ms": round(ref_ms, 1), "tokens": len(ref.tokens) + 1}, "drafters": {}}
+        for label, make in factories.items():
+            gen, stats, ms = bench.speculative(encoded, request, language, make)
+            row["drafters"][label] = {
+                "decode_ms": round(ms, 1), "end_to_end_ms": round(ms + encode_ms, 1),
+                **stats.to_dict(), "same_as_reference": gen.tokens == ref.tokens,
+            }
+        base = row["drafters"]["none"]["decode_ms"]
+        for label, d in row["drafters"].items():
+            d["decode_speedup_vs_none"] = round(base / d["decode_ms"], 3) if d["decode_ms"] else None
+        report["clips"][name] = row
+        print(f"{name}: " + ", ".join(f"{k} {v['decode_ms']:.0f} ms ({v['tokens_per_target_pass']:.2f} tok/pass)" for k, v in row["drafters"].items()), file=sys.stderr)
+
+        # streaming re-decode: first N-1 s, then first N s drafting from the first result
+        n = len(audio) / SAMPLE_RATE
+        if n >= 3.0:
+            short = engine.encode(audio[: int((n - 1.0) * SAMPLE_RATE)])
+            hyp, _ = bench.reference(short, request, language)
+            plain, plain_stats, plain_ms = bench.speculative(encoded, request, language, factories["none"])
+            spec, st, ms = bench.speculative(encoded, request, language, lambda enc, rules: PreviousHypothesisDrafter(hyp.tokens))
+            report["streaming"][name] = {
+                "n_s": round(n, 2), "none_decode_ms": round(plain_ms, 1), "hypothesis_decode_ms": round(ms, 1),
+                "decode_speedup": round(plain_ms / ms, 3), **{f"hypothesis_{k}": v for k, v in st.to_dict().items()},
+                "same_as_plain": spec.tokens == plain.tokens,
+            }
+
+        # near ties: speculative vs the same-dtype plain decode, both tasks, timestamps on/off
+        for task in ("transcribe", "translate"):
+            for ts in (True, False):
+                req = DecodeRequest(task=task, language=language, timestamps=ts)
+                plain_ref, _ = Bench(engine, 1).reference(encoded, req, language)
+                for label in ("ngram", "decoder", "random"):
+                    gen, _, _ = Bench(engine, 1).speculative(encoded, req, language, factories[label])
+                    report["near_ties"]["decodes"] += 1
+                    if gen.tokens != plain_ref.tokens:
+                        report["near_ties"]["differing"] += 1
+                        first = next((i for i, (a, b) in enumerate(zip(gen.tokens, plain_ref.tokens)) if a != b), None)
+                        report["near_ties"]["details"].append({"clip": name, "task": task, "timestamps": ts, "drafter": label, "first_difference": first})
+    report["summary"] = summarize(report)
+    return report
+
+
+def summarize(report: dict) -> dict:
+    out: dict = {}
+    labels = next(iter(report["clips"].values()))["drafters"].keys() if report["clips"] else []
+    none_total = sum(c["drafters"]["none"]["decode_ms"] for c in report["clips"].values())
+    for label in labels:
+        rows = [c["drafters"][label] for c in report["clips"].values()]
+        total = sum(r["decode_ms"] for r in rows)
+        e2e = sum(r["end_to_end_ms"] for r in rows)
+        out[label] = {
+            "decode_ms_total": round(total, 1), "end_to_end_ms_total": round(e2e, 1),
+            "decode_speedup_vs_none": round(none_total / total, 3) if total else None,
+            "tokens_per_target_pass": round(sum(r["tokens"] for r in rows) / max(1, sum(r["target_passes"] for r in rows)), 3),
+            "acceptance_rate": round(sum(r["accepted"] for r in rows) / max(1, sum(r["drafted"] for r in rows)), 4),
+            "all_same_as_reference": all(r["same_as_reference"] for r in rows),
+        }
+    s = list(report["streaming"].values())
+    if s:
+        plain, spec = sum(r["none_decode_ms"] for r in s), sum(r["hypothesis_decode_ms"] for r in s)
+        out["streaming_hypothesis"] = {
+            "decode_speedup": round(plain / spec, 3),
+            "tokens_per_target_pass": round(sum(r["hypothesis_tokens"] for r in s) / max(1, sum(r["hypothesis_target_passes"] for r in s)), 3),
+            "acceptance_rate": round(sum(r["hypothesis_accepted"] for r in s) / max(1, sum(r["hypothesis_drafted"] for r in s)), 4),
+        }
+    nt = report["near_ties"]
+    out["near_tie_rate"] = round(nt["differing"] / nt["decodes"], 4) if nt["decodes"] else None
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="base")
+    p.add_argument("--compute-type", default="auto", help="auto (bf16 on AMX CPUs), float32, bfloat16, int8")
+    p.add_argument("--draft-model", default=None, help="draft checkpoint (default: the shipped one, if any)")
+    p.add_argument("--clips", default="", help="comma-separated subset of " + ",".join(CLIP_NAMES))
+    p.add_argument("--repeat", type=int, default=3, help="decodes per measurement; the median is reported")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+    args = p.parse_args(argv)
+    report = run(args)
+    text = json.dumps(report, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

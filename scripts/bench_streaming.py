@@ -1,0 +1,218 @@
+"""Streaming latency benchmark: real clips played at real-time pace through StreamSession.
+
+    nice -n 10 python scripts/bench_streaming.py [--clips jfk,librivox,physicsworks]
+        [--configs spec,spec+translate,spec-nodraft,ct2] [--chunk 0.25] [--out artifacts/bench_streaming.json]
+
+Time is virtual but honest: audio chunk k "arrives" at (k+1) * chunk seconds; each process()
+call advances the clock by the real wall time it took (so compute is charged in full, and audio
+that arrived meanwhile is fed all at once to the next call, as a live source would); when the
+session is idle the clock jumps to the next chunk's arrival. This measures what a real-time run
+measures, minus sleeping, and lets several configurations run one after another in one process.
+
+For every word of the reference (a batch decode with word timestamps, pipeline/longform.py), the
+first emission as partial and as final is matched (by aligning normalized word sequences) and
+measured from the word's end time in the audio. Reported per config: median / p90 partial and
+final latency, compute real-time factor (model-thread seconds / audio seconds), tokens per
+target pass, and final-latency medians per third of the long lecture (flatness).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import json
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specscribe.clips import clips_dir, librivox_clips
+from specscribe.models.engines import EngineOptions, load_transcriber
+from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
+from specscribe.pipeline.longform import LongformOptions, transcribe_audio
+from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.session import StreamSession
+from specscribe.pipeline.types import StreamOptions
+
+CONFIGS = {  # name: (engine, draft, translate)
+    "spec": ("spec", "auto", False),
+    "spec+translate": ("spec", "auto", True),
+    "spec-nodraft": ("spec", "none", False),
+    "spec-nodraft+translate": ("spec", "none", True),
+    "ct2": ("ct2", "none", False),
+    "ct2+translate": ("ct2", "none", True),
+}
+
+
+def norm(word: str) -> str:
+    return re.sub(r"[^\w']+", "", word.lower())
+
+
+def load_clips(names: list[str]) -> dict[str, np.ndarray]:
+    folder = clips_dir()
+    out: dict[str, np.ndarray] = {}
+    if "jfk" in names:
+        out["jfk"] = load_audio(folder / "jfk.flac")
+    if "librivox" in names:
+        for path in sorted(librivox_clips(folder)):
+            out[f"librivox/{path.stem[-4:]}"] = load_audio(path)
+    if "physicsworks" in names:
+        out["physicsworks"] = load_audio(folder / "physicsworks.wav")
+    return out
+
+
+async def simulate(transcriber, audio: np.ndarray, options: StreamOptions, chunk: float):
+    """Play audio at real-time pace on a virtual clock charged with real compute. Returns events."""
+    scheduler = ModelScheduler(transcriber)
+    now = [0.0]
+    started: list[float | None] = [None]
+
+    def clock() -> float:
+        return now[0] + (time.perf_counter() - started[0] if started[0] is not None else 0.0)
+
+    session = StreamSession(scheduler, options, "bench", clock=clock)
+    step, n, fed, events = int(chunk * SAMPLE_RATE), audio.size, 0, []
+
+    async def call(coro_fn):
+        started[0] = time.perf_counter()
+        out = await coro_fn()
+        now[0] += time.perf_counter() - started[0]
+        started[0] = None
+        return out
+
+    while fed < n:
+        arrived = min(n, int(now[0] / chunk + 1e-9) * step)
+        if arrived <= fed:  # idle: wait for the next chunk
+            arrived = min(n, fed + step)
+            now[0] = max(now[0], arrived / SAMPLE_RATE)
+        session.insert_audio(audio[fed:arrived])
+        fed = arrived
+        events += await call(session.process)
+    events += await call(session.finish)
+    await scheduler.close()
+    return events
+
+
+def word_latencies(events, ref_words) -> tuple[list[float], list[float], list[float]]:
+    """(partial latencies, final latencies, reference end times of the matched words)."""
+    finals = [(w, e.emitted_at) for e in events if e.type == "final" for w in e.words]
+    partials = [(w, e.emitted_at) for e in events if e.type == "partial" for w in e.words]
+    a = [norm(w.text) for w in ref_words]
+    b = [norm(w.text) for w, _ in finals]
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    p_lat, f_lat, ends = [], [], []
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            ref = ref_words[block.a + k]
+            word, final_at = finals[block.b + k]
+            first = final_at
+            for pw, at in partials:
+                if at < first and norm(pw.text) == norm(word.text) and abs(pw.start - word.start) < 0.6:
+                    first = at
+            f_lat.append(final_at - ref.end)
+            p_lat.append(first - ref.end)
+            ends.append(ref.end)
+    return p_lat, f_lat, ends
+
+
+def pct(values, q) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clips", default="jfk,librivox,physicsworks")
+    ap.add_argument("--configs", default="spec,spec+translate,spec-nodraft,ct2")
+    ap.add_argument("--chunk", type=float, default=0.25, help="seconds per arriving chunk")
+    ap.add_argument("--update-interval", type=float, default=0.5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default="base")
+    ap.add_argument("--out", default="artifacts/bench_streaming.json")
+    args = ap.parse_args(argv)
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        ap.error(f"unknown configs {unknown}; choose from {list(CONFIGS)}")
+    clips = load_clips(args.clips.split(","))
+
+    engines: dict[tuple[str, str], object] = {}
+
+    def engine(name: str, draft: str):
+        if (name, draft) not in engines:
+            engines[(name, draft)] = load_transcriber(
+                EngineOptions(engine=name, model=args.model, draft=draft, threads=args.threads)
+            )
+        return engines[(name, draft)]
+
+    # reference word times: a batch decode with word timestamps (the baseline engine, untimed)
+    ref_engine = engine("ct2", "none")
+    refs = {}
+    for name, audio in clips.items():
+        t = transcribe_audio(ref_engine, audio, LongformOptions(language="en", word_timestamps=True))
+        refs[name] = [w for s in t.segments for w in s.words]
+        print(f"reference {name}: {len(refs[name])} words", file=sys.stderr)
+
+    results = {}
+    for config in configs:
+        eng, draft, translate = CONFIGS[config]
+        tr = engine(eng, draft)
+        options = StreamOptions(language="en", translate=translate, update_interval=args.update_interval, draft=draft != "none")
+        all_p, all_f, per_clip, totals = [], [], {}, {"audio_s": 0.0, "compute_s": 0.0, "wall_s": 0.0, "tokens": 0, "target_passes": 0}
+        for name, audio in clips.items():
+            t0 = time.perf_counter()
+            events = asyncio.run(simulate(tr, audio, options, args.chunk))
+            wall = time.perf_counter() - t0
+            stats = next(e.stats for e in events if e.type == "stats")
+            p_lat, f_lat, ends = word_latencies(events, refs[name])
+            all_p += p_lat
+            all_f += f_lat
+            clip = {
+                "words_ref": len(refs[name]),
+                "words_matched": len(f_lat),
+                "final_median": pct(f_lat, 50), "final_p90": pct(f_lat, 90),
+                "partial_median": pct(p_lat, 50), "partial_p90": pct(p_lat, 90),
+                "rtf": stats["rtf"], "tokens_per_target_pass": stats["tokens_per_target_pass"],
+                "translations": sum(1 for e in events if e.type == "translation"),
+            }
+            if audio.size / SAMPLE_RATE > 60 and f_lat:  # flatness over the long lecture
+                dur = audio.size / SAMPLE_RATE
+                thirds = [[f for f, e in zip(f_lat, ends) if k * dur / 3 <= e < (k + 1) * dur / 3] for k in range(3)]
+                clip["final_median_by_third"] = [pct(t, 50) for t in thirds]
+            per_clip[name] = clip
+            totals["audio_s"] += stats["audio_s"]
+            totals["compute_s"] += stats["compute_s"]
+            totals["wall_s"] += wall
+            totals["tokens"] += stats["tokens"]
+            totals["target_passes"] += stats["target_passes"]
+            print(f"{config:>16} {name:>16}: {json.dumps(clip)}", file=sys.stderr)
+        results[config] = {
+            "engine": eng, "draft": draft, "translate": translate,
+            "final_median": pct(all_f, 50), "final_p90": pct(all_f, 90),
+            "partial_median": pct(all_p, 50), "partial_p90": pct(all_p, 90),
+            "rtf": round(totals["compute_s"] / totals["audio_s"], 4) if totals["audio_s"] else None,
+            "tokens_per_target_pass": round(totals["tokens"] / totals["target_passes"], 3) if totals["target_passes"] else None,
+            "audio_s": round(totals["audio_s"], 2), "compute_s": round(totals["compute_s"], 2),
+            "clips": per_clip,
+        }
+    report = {
+        "bench": "streaming",
+        "chunk_s": args.chunk, "update_interval_s": args.update_interval, "threads": args.threads,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "loadavg_1m_at_end": os.getloadavg()[0]},
+        "goals": {"final_median": 1.5, "final_p90": 2.5, "partial_median": 0.8, "rtf_with_translation": 1.0},
+        "results": results,
+    }
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""`specscribe live`: captions from the microphone (or a file played in real time) in the terminal.
+
+Partials are dimmed and rewritten in place on a TTY; finals are appended; `--translate` prints the
+English line under each sentence; `--output` saves as it goes; Ctrl-C finalises and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from specscribe.pipeline.audio import AudioError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "live",
+        help="live captions from the microphone or a file played in real time",
+        description="Live captions in the terminal. Partial text is dimmed and rewritten in place; "
+        "final text is appended. Ctrl-C finalises the last words and exits.",
+    )
+    a = p.add_argument_group("audio")
+    a.add_argument("--input", metavar="FILE", help="caption a file instead of the microphone")
+    a.add_argument("--realtime", action="store_true", help="play --input at real-time pace (else as fast as possible)")
+    a.add_argument("--list-devices", action="store_true", help="list audio input devices and exit")
+    a.add_argument("--device", default=None, metavar="N|NAME", help="input device index or part of its name")
+    g = p.add_argument_group("model")
+    g.add_argument("--engine", choices=("spec", "ct2"), default=None,
+                   help="spec: torch + speculative decoding (default); ct2: faster-whisper baseline")
+    g.add_argument("--model", default="base", help="model name (specscribe models list) or CTranslate2 folder")
+    g.add_argument("--model-device", default="auto", choices=("auto", "cpu", "cuda"), help="where the model runs")
+    g.add_argument("--compute-type", default="auto", choices=("auto", "float32", "bfloat16", "float16", "int8"))
+    g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"),
+                   help="drafter for the spec engine (the previous hypothesis is always tried first)")
+    g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (spec engine)")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: library default)")
+    s = p.add_argument_group("captions")
+    s.add_argument("--language", default=None, help="ISO code such as en or de (default: detect)")
+    s.add_argument("--translate", action="store_true", help="also show an English translation of each sentence")
+    s.add_argument("--output", metavar="FILE", help="save as it goes: FILE.srt, FILE.vtt or FILE.jsonl")
+    s.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between updates")
+    s.add_argument("--no-partials", action="store_true", help="show final text only")
+    p.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"specscribe live: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _check_language(code: str | None) -> str | None:
+    if code in (None, "", "auto"):
+        return None
+    from faster_whisper.tokenizer import _LANGUAGE_CODES
+
+    code = code.lower()
+    if code not in _LANGUAGE_CODES:
+        raise ValueError(f"unknown language {code!r} (use an ISO code such as en, de, fr)")
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    from specscribe.pipeline import sources
+
+    if args.list_devices:
+        devices = sources.list_input_devices()
+        if not devices:
+            print("no audio input devices")
+        for d in devices:
+            mark = " (default)" if d.default else ""
+            print(f"{d.index:3d}: {d.name}  [{d.channels} ch, {d.rate} Hz]{mark}")
+        return 0
+    if args.realtime and not args.input:
+        return _fail("--realtime needs --input FILE")
+    if args.update_interval <= 0 or args.update_interval > 5:
+        return _fail("--update-interval must be in (0, 5] seconds")
+    try:
+        language = _check_language(args.language)
+    except ValueError as exc:
+        return _fail(str(exc))
+    if args.output:
+        suffix = Path(args.output).suffix.lower()
+        if suffix not in (".srt", ".vtt", ".jsonl"):
+            return _fail(f"--output must end in .srt, .vtt or .jsonl, got {Path(args.output).name!r}")
+        if not Path(args.output).resolve().parent.is_dir():
+            return _fail(f"--output folder {Path(args.output).parent} does not exist")
+
+    # the audio first: a bad file or device fails before the model loads
+    if args.input:
+        source = sources.FileSource(args.input, chunk=0.25, realtime=args.realtime)
+    else:
+        source = sources.MicrophoneSource(args.device)
+        print(f"listening on {source.device.name} (Ctrl-C to stop)", file=sys.stderr)
+
+    from specscribe.models.engines import EngineOptions, load_transcriber
+    from specscribe.pipeline.types import StreamOptions
+
+    engine = args.engine or _default_engine()
+    transcriber = load_transcriber(
+        EngineOptions(
+            engine=engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
+            draft=args.draft, draft_model=args.draft_model, threads=args.threads,
+        )
+    )
+    options = StreamOptions(
+        language=language,
+        translate=args.translate,
+        interim_results=not args.no_partials,
+        update_interval=args.update_interval,
+        draft=args.draft != "none",
+    )
+    return asyncio.run(_live(source, transcriber, options, args.output))
+
+
+def _default_engine() -> str:
+    import importlib.util
+
+    return "spec" if importlib.util.find_spec("specscribe.models.spec_engine") else "ct2"
+
+
+async def _live(source, transcriber, options, output: str | None) -> int:
+    from specscribe.pipeline.captions import TerminalCaptions, open_sink
+    from specscribe.pipeline.scheduler import ModelScheduler
+    from specscribe.pipeline.session import StreamSession
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_sigint() -> None:  # first Ctrl-C finalises; a second one interrupts at once
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+
+    sinks = [TerminalCaptions()]
+    if output:
+        sinks.append(open_sink(output, translated=options.translate))
+    scheduler = ModelScheduler(transcriber)
+    session = StreamSession(scheduler, options, "live")
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump() -> None:  # source -> queue, so audio keeps arriving while a decode runs
+        try:
+            async for chunk in source:
+                queue.put_nowait(chunk)
+        except AudioError as exc:
+            queue.put_nowait(exc)
+        finally:
+            queue.put_nowait(None)
+
+    def emit(events) -> None:
+        for event in events:
+            for sink in sinks:
+                sink.write(event)
+
+    pump_task = loop.create_task(pump())
+    stop_task = loop.create_task(stop.wait())
+    error: Exception | None = None
+    try:
+        ended = False
+        while not ended and not stop.is_set():
+            getter = loop.create_task(queue.get())
+            await asyncio.wait({getter, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                break
+            items = [getter.result()]
+            while not queue.empty():  # take everything that arrived during the last update
+                items.append(queue.get_nowait())
+            for item in items:
+                if item is None:
+                    ended = True
+                elif isinstance(item, Exception):
+                    error, ended = item, True
+                else:
+                    session.insert_audio(item)
+            emit(await session.process())
+        await source.close()
+        pump_task.cancel()
+        events = await session.finish()
+        emit(events)
+    finally:
+        stop_task.cancel()
+        for sink in sinks:
+            sink.close()
+        await scheduler.close()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signal.SIGINT)
+    stats = next((e.stats for e in events if e.type == "stats"), None) or {}
+    print(
+        f"[{stats.get('audio_s', 0):.1f} s audio, real-time factor {stats.get('rtf', 0):.2f}, "
+        f"{stats.get('tokens_per_target_pass', 0):.2f} tokens per target pass, {stats.get('finals', 0)} finals]",
+        file=sys.stderr,
+    )
+    if error is not None:
+        print(f"specscribe live: error: {error}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,106 @@
+"""`specscribe serve`: the WebSocket API, the live-caption page and the OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import ipaddress
+import os
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve the live-caption page, the WebSocket API and the OpenAI-compatible endpoint",
+        description="Loads the model once and serves /v1/listen (WebSocket), / (browser page), /healthz and "
+        "POST /v1/audio/transcriptions. Binds 127.0.0.1 unless told otherwise.",
+    )
+    n = p.add_argument_group("network")
+    n.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s; 0.0.0.0 for every interface)")
+    n.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0 picks a free one)")
+    n.add_argument("--api-key", default=None, help="require this key (default: $SPECSCRIBE_API_KEY; none = open)")
+    n.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a browser origin allowed to connect, e.g. https://app.example (repeatable; '*' = any; "
+                   "default: the server's own page only)")
+    lim = p.add_argument_group("limits")
+    lim.add_argument("--max-clients", type=int, default=8, help="concurrent streaming sessions (default: %(default)s)")
+    lim.add_argument("--max-frame-bytes", type=int, default=1 << 20, help="largest WebSocket frame (default: %(default)s)")
+    lim.add_argument("--max-session-seconds", type=float, default=3600.0, help="longest session (default: %(default)s)")
+    lim.add_argument("--idle-timeout", type=float, default=30.0, help="seconds without a client frame (default: %(default)s)")
+    lim.add_argument("--max-upload-mb", type=float, default=200.0, help="largest file for the REST endpoint (default: %(default)s)")
+    g = p.add_argument_group("model")
+    g.add_argument("--engine", choices=("spec", "ct2"), default=None,
+                   help="spec: torch + speculative decoding (default); ct2: faster-whisper baseline")
+    g.add_argument("--model", default="base", help="model name (specscribe models list) or CTranslate2 folder")
+    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where the model runs")
+    g.add_argument("--compute-type", default="auto", choices=("auto", "float32", "bfloat16", "float16", "int8"))
+    g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"), help="drafter (spec engine)")
+    g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (spec engine)")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: library default)")
+    s = p.add_argument_group("streaming")
+    s.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between decode updates")
+    s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"specscribe serve: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from specscribe.models.engines import EngineOptions, load_transcriber
+    from specscribe.pipeline.types import StreamOptions
+    from specscribe.web import protocol as P
+    from specscribe.web.security import API_KEY_ENV, SecurityOptions
+    from specscribe.web.server import ServerOptions, bind_socket, create_app, serve
+
+    if not 0 <= args.port <= 65535:
+        return _fail("--port must be 0 ... 65535")
+    for name in ("max_clients", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb", "update_interval"):
+        if getattr(args, name) <= 0:
+            return _fail(f"--{name.replace('_', '-')} must be positive")
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if not _is_loopback(args.host) and not api_key:
+        print(f"specscribe serve: warning: listening on {args.host} without an API key; anyone who can reach "
+              f"this port can use the server (set --api-key or ${API_KEY_ENV})", file=sys.stderr)
+    options = ServerOptions(
+        limits=P.Limits(max_clients=args.max_clients, max_frame_bytes=args.max_frame_bytes,
+                        max_session_seconds=args.max_session_seconds, idle_timeout=args.idle_timeout),
+        security=SecurityOptions(api_key=api_key, allowed_origins=tuple(args.allowed_origin)),
+        stream_defaults=replace(StreamOptions(), update_interval=args.update_interval),
+        max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
+    )
+    engine = args.engine or ("spec" if importlib.util.find_spec("specscribe.models.spec_engine") else "ct2")
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as exc:
+        return _fail(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})")
+    print(f"loading {engine} engine, model {args.model} ...", file=sys.stderr, flush=True)
+    transcriber = load_transcriber(EngineOptions(
+        engine=engine, model=args.model, device=args.device, compute_type=args.compute_type,
+        draft=args.draft, draft_model=args.draft_model, threads=args.threads,
+    ))
+    app = create_app(transcriber, options)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"specscribe: serving http://{shown}:{port}/  (WebSocket ws://{shown}:{port}/v1/listen, "
+          f"OpenAI-compatible POST http://{shown}:{port}/v1/audio/transcriptions)", flush=True)
+    try:
+        asyncio.run(serve(app, sock, options, args.log_level))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,73 @@
+"""`specscribe stream FILE --url ws://...`: send a file to a specscribe server at real-time pace, print events."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "stream",
+        help="stream a file to a running specscribe server and print its events",
+        description="Sends FILE (any audio or video file) to a specscribe server's /v1/listen WebSocket as "
+        "16 kHz PCM at real-time pace, then prints the caption events as JSON lines or text.",
+    )
+    p.add_argument("file", metavar="FILE", help="audio or video file")
+    p.add_argument("--url", default="ws://127.0.0.1:8000/v1/listen", help="server WebSocket URL (default: %(default)s)")
+    p.add_argument("--language", default=None, help="ISO code such as en or de (default: detect)")
+    p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    p.add_argument("--translate", action="store_true", help="also ask for English translations")
+    p.add_argument("--format", default="text", choices=("text", "json"), help="text: finals and translations; json: every event, one per line")
+    p.add_argument("--speed", type=float, default=1.0, help="1 = real time (default), 2 = twice as fast, 0 = as fast as possible")
+    p.add_argument("--no-partials", action="store_true", help="do not ask for partial results")
+    p.add_argument("--api-key", default=None, help="server API key (default: $SPECSCRIBE_API_KEY)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specscribe.pipeline.audio import load_audio
+    from specscribe.web.client import StreamRequest, stream_audio
+
+    if args.speed < 0:
+        print("specscribe stream: error: --speed must be >= 0", file=sys.stderr)
+        return 2
+    audio = load_audio(args.file)  # AudioError -> one-line message from the CLI
+    request = StreamRequest(
+        url=args.url, language=args.language, task=args.task, translate=args.translate,
+        interim_results=not args.no_partials, speed=args.speed,
+        api_key=args.api_key or os.environ.get("SPECSCRIBE_API_KEY"), tail_silence=1.0,
+    )
+    printer = _print_json if args.format == "json" else _print_text
+    try:
+        result = asyncio.run(stream_audio(audio, request, printer))
+    except OSError as exc:
+        print(f"specscribe stream: error: cannot connect to {args.url} ({exc.strerror or exc})", file=sys.stderr)
+        return 1
+    except Exception as exc:  # websockets' handshake errors (401, 403, bad URL): one line
+        name = type(exc).__name__
+        if name in ("InvalidStatus", "InvalidURI", "InvalidHandshake", "InvalidMessage"):
+            print(f"specscribe stream: error: {exc}", file=sys.stderr)
+            return 1
+        raise
+    if result.close_code not in (1000, None):
+        print(f"specscribe stream: server closed the stream with code {result.close_code}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_json(msg: dict) -> None:
+    print(json.dumps(msg, ensure_ascii=False), flush=True)
+
+
+def _print_text(msg: dict) -> None:
+    kind = msg["type"]
+    if kind == "final":
+        print(f"[{msg['start']:7.2f} -> {msg['end']:7.2f}] {msg['text']}", flush=True)
+    elif kind == "translation":
+        print(f"{'':20} {msg['text']}", flush=True)
+    elif kind in ("error", "busy"):
+        print(f"specscribe stream: server {kind}: {msg.get('message', '')}", file=sys.stderr, flush=True)

@@ -1,0 +1,113 @@
+"""`specscribe transcribe FILE_OR_DIR... [options]`: batch transcription to txt/srt/vtt/json/tsv."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+from specscribe.models.engines import EngineOptions
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "transcribe",
+        help="transcribe audio/video files or folders to txt, srt, vtt, json or tsv",
+        description="Transcribe (or translate to English) audio and video files. Folders are walked "
+        "recursively; '-' reads stdin. A bad file gets one error line and the batch goes on; "
+        "the exit status is non-zero if any file failed.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="FILE_OR_DIR", help="files, folders, or - for stdin")
+    g = p.add_argument_group("model")
+    g.add_argument("--engine", choices=("spec", "ct2"), default=None,
+                   help="spec: torch + speculative decoding (default); ct2: faster-whisper baseline")
+    g.add_argument("--model", default="base", help="model name (specscribe models list) or CTranslate2 folder")
+    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    g.add_argument("--compute-type", default="auto", choices=("auto", "float32", "bfloat16", "float16", "int8"))
+    g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"),
+                   help="drafter for the spec engine")
+    g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (spec engine)")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads per model (0: library default)")
+    d = p.add_argument_group("decoding")
+    d.add_argument("--language", default="auto", help="ISO code such as en or de; auto detects once per file")
+    d.add_argument("--task", default="transcribe", choices=("transcribe", "translate", "both"),
+                   help="translate: to English; both: transcript and translation from one encoding")
+    d.add_argument("--word-timestamps", action="store_true", help="align words (json words, subtitle cues)")
+    d.add_argument("--initial-prompt", default=None, help="text to condition the first window on")
+    o = p.add_argument_group("output")
+    o.add_argument("--output-format", "-f", default="txt",
+                   help="txt, srt, vtt, json, tsv or all; a comma list is fine (default: txt)")
+    o.add_argument("--output-dir", "-o", default=".", help="folder for the outputs (default: current folder)")
+    o.add_argument("--max-line-width", type=int, default=42, help="characters per subtitle line")
+    o.add_argument("--max-line-count", type=int, default=2, help="lines per subtitle cue (0: no limit)")
+    o.add_argument("--window-stats", action="store_true", help="per-window statistics in the json")
+    r = p.add_argument_group("run")
+    r.add_argument("--skip-existing", action="store_true", help="skip inputs whose outputs all exist (resume)")
+    r.add_argument("--workers", type=int, default=1, help="processes, each with its own model")
+    r.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
+    p.set_defaults(func=run)
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"specscribe: error: {message}", file=sys.stderr)
+    return code
+
+
+def _pick_engine(requested: str | None, quiet: bool) -> str | None:
+    """spec when its module exists; the default falls back to ct2 with a notice, an explicit spec fails."""
+    if requested == "ct2":
+        return "ct2"
+    if importlib.util.find_spec("specscribe.models.spec_engine") is not None:
+        return "spec"
+    if requested == "spec":
+        return None
+    if not quiet:
+        print("specscribe: note: the spec engine is not in this build yet; using --engine ct2", file=sys.stderr)
+    return "ct2"
+
+
+def run(args: argparse.Namespace) -> int:
+    from specscribe.pipeline.batch import BatchOptions, collect_inputs, run_batch, summary_line
+    from specscribe.pipeline.longform import LongformOptions
+    from specscribe.pipeline.writers import WriterOptions, parse_formats
+
+    try:
+        formats = parse_formats(args.output_format)
+    except ValueError as exc:
+        return _fail(str(exc))
+    if args.workers < 1 or args.max_line_width < 1 or args.max_line_count < 0 or args.threads < 0:
+        return _fail("--workers and --max-line-width must be >= 1; --max-line-count and --threads >= 0")
+    engine = _pick_engine(args.engine, args.quiet)
+    if engine is None:
+        return _fail("the spec engine (specscribe.models.spec_engine) is not in this build; use --engine ct2", 1)
+    language = None if args.language in ("auto", "", None) else args.language.lower()
+
+    stdin = sys.stdin.buffer.read() if "-" in args.inputs else None
+    items, errors = collect_inputs(args.inputs, stdin)
+    for message in errors:
+        print(f"specscribe: error: {message}", file=sys.stderr)
+
+    options = BatchOptions(
+        engine=EngineOptions(
+            engine=engine, model=args.model, device=args.device, compute_type=args.compute_type,
+            draft=args.draft, draft_model=args.draft_model, threads=args.threads,
+        ),
+        longform=LongformOptions(
+            language=language, task=args.task, word_timestamps=args.word_timestamps,
+            initial_prompt=args.initial_prompt,
+        ),
+        writer=WriterOptions(
+            max_line_width=args.max_line_width, max_line_count=args.max_line_count,
+            word_timestamps=args.word_timestamps, window_stats=args.window_stats,
+        ),
+        formats=formats,
+        output_dir=Path(args.output_dir),
+        skip_existing=args.skip_existing,
+        workers=args.workers,
+        quiet=args.quiet,
+    )
+    report = run_batch(items, options)  # ModelError propagates: the CLI prints one line, exit 1
+    if not args.quiet:
+        print(summary_line(report), file=sys.stderr)
+    return 1 if (errors or report.failed) else 0

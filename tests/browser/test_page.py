@@ -1,0 +1,175 @@
+"""The live-caption page in real headless Chromium: its fake microphone plays JFK, the page streams it to a
+real `specscribe serve` (ct2 engine, base model), and the finals on the page must be JFK's words.
+
+Needs Debian's chromium + chromium-driver (.ci/run installs them) and selenium. Screenshots go to
+artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^a-z' ]", " ", text.lower()).split()
+
+
+def _wer(ref: str, hyp: str) -> float:
+    import jiwer
+
+    return jiwer.wer(" ".join(_words(ref)), " ".join(_words(hyp)) or "<empty>")
+
+
+@pytest.fixture(scope="module")
+def jfk_wav(tmp_path_factory, clips_dir) -> Path:
+    """JFK as 16 kHz mono PCM16 WAV, with 0.5 s of silence before (the fake device starts at once)."""
+    from specscribe.pipeline.audio import load_audio
+
+    audio = load_audio(clips_dir / "jfk.flac")
+    audio = np.concatenate([np.zeros(8000, dtype=np.float32), audio])
+    path = tmp_path_factory.mktemp("audio") / "jfk16k.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def server_url(base_model_dir, tmp_path_factory):
+    """`specscribe serve` in a subprocess on a free port; yields the page URL. Its log: artifacts/browser-server.log."""
+    cmd = [sys.executable, "-m", "specscribe", "serve", "--port", "0", "--engine", "ct2", "--max-clients", "2",
+           "--log-level", "info"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "browser-server.log", "w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT)
+    try:
+        line = proc.stdout.readline()  # blocks until the model is loaded and the socket bound
+        match = re.search(r"serving (http://\S+/)", line)
+        if not match:
+            proc.kill()
+            pytest.fail(f"server did not start: {line!r}; see {log.name}")
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _browser(wav: Path, profile: Path):
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.fail("chromium/chromedriver missing: apt-get install -y chromium chromium-driver (.ci/run does)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}%noloop",
+        f"--user-data-dir={profile}", "--window-size=900,1100", "--autoplay-policy=no-user-gesture-required",
+    ):
+        opts.add_argument(flag)
+    return webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
+
+
+def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str = "") -> dict:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    driver = _browser(wav, profile)
+    try:
+        driver.get(url + query)
+        Select(driver.find_element(By.ID, "language")).select_by_value("en")
+        if translate:
+            driver.find_element(By.ID, "translate").click()
+        start = driver.find_element(By.ID, "start")
+        start.click()
+        WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "status").get_attribute("data-state") == "live")
+        assert start.text == "Stop" and start.get_attribute("aria-pressed") == "true"
+
+        def finals_text(d) -> str:
+            return " ".join(e.text for e in d.find_elements(By.CSS_SELECTOR, "#transcript .final"))
+
+        # JFK lasts 11 s; wait for its last words as finals (the machine may be loaded: be patient)
+        def state(d) -> str:
+            return (f"status={d.find_element(By.ID, 'status').text!r} error={d.find_element(By.ID, 'error').text!r} "
+                    f"finals={finals_text(d)!r} partial={d.find_element(By.ID, 'partial').text!r}")
+
+        from selenium.common.exceptions import TimeoutException
+
+        try:
+            WebDriverWait(driver, 240, poll_frequency=0.5).until(lambda d: "country" in _words(finals_text(d))[-3:])
+        except TimeoutException:
+            pytest.fail(f"JFK's last words never became final: {state(driver)}")
+        first_final = driver.find_element(By.CSS_SELECTOR, "#transcript .final").text
+        if translate:
+            WebDriverWait(driver, 120).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#transcript .translation"),
+                                             message="no translation line")
+        start.click()  # stop: flush, close
+        WebDriverWait(driver, 120).until(lambda d: d.find_element(By.ID, "status-text").text == "Stopped")
+        ARTIFACTS.mkdir(exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / f"browser-jfk{'-translate' if translate else ''}.png"))
+        result = {
+            "finals": [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .final")],
+            "translations": [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .translation")],
+            "first_final_after": driver.find_element(By.CSS_SELECTOR, "#transcript .final").text,
+            "first_final_before": first_final,
+            "error_hidden": driver.find_element(By.ID, "error").get_attribute("hidden") is not None,
+            "srt": driver.execute_script("return window.specscribe.transcriptSrt()"),
+            "live_region": driver.find_element(By.ID, "transcript").get_attribute("aria-live"),
+        }
+    finally:
+        driver.quit()
+    return result
+
+
+def _strip_time(line: str) -> str:
+    return re.sub(r"^\d+:\d\d\s*", "", line)
+
+
+@pytest.mark.parametrize("translate", [False, True], ids=["captions", "with-translation"])
+def test_page_captions_jfk_in_real_chromium(server_url, jfk_wav, tmp_path, translate):
+    from specscribe.clips import JFK_TEXT
+
+    result = _run_page(server_url, jfk_wav, tmp_path / "profile", translate=translate)
+    text = " ".join(_strip_time(f) for f in result["finals"])
+    assert _wer(JFK_TEXT, text) < 0.25, text
+    assert result["first_final_before"] == result["first_final_after"]  # finals never change once shown
+    assert result["error_hidden"] and result["live_region"] == "polite"
+    assert result["srt"].startswith("1\n00:00:0") and " --> " in result["srt"]
+    if translate:
+        english = " ".join(result["translations"])
+        assert result["translations"] and _wer(JFK_TEXT, english) < 0.5, english
+    else:
+        assert result["translations"] == []
+
+
+def test_page_resamples_in_the_worklet_at_the_device_rate(server_url, jfk_wav, tmp_path):
+    """?rate=native keeps the AudioContext at the device rate (44.1/48 kHz): the worklet's own resampler."""
+    from specscribe.clips import JFK_TEXT
+
+    result = _run_page(server_url, jfk_wav, tmp_path / "profile", translate=False, query="?rate=native")
+    text = " ".join(_strip_time(f) for f in result["finals"])
+    assert _wer(JFK_TEXT, text) < 0.25, text
+

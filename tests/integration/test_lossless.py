@@ -1,0 +1,135 @@
+"""Speculative decoding is lossless on real clips: in float32, for every drafter (a deliberately
+random one included), the tokens equal the target's own reference loop (models/decoding.generate),
+with and without timestamps, in the transcribe and translate tasks.
+
+The clips are the parity test's. Each clip is encoded once (plus once for the shorter prefix that
+feeds the previous-hypothesis drafter); every drafter then decodes the same encoder output.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specscribe.models.types import DecodeRequest
+
+pytestmark = pytest.mark.integration
+
+GERMAN_START = 30.0  # as in test_parity.py
+CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", "multilingual-de"]
+COMBOS = [(task, ts) for task in ("transcribe", "translate") for ts in (True, False)]
+
+
+@pytest.fixture(scope="module")
+def engine(base_model_dir):
+    from specscribe.models.engines import EngineOptions
+    from specscribe.models.spec_engine import SpecEngine
+
+    return SpecEngine(base_model_dir, EngineOptions(engine="spec", model="base", compute_type="float32", draft="auto"))
+
+
+@pytest.fixture(scope="module")
+def untrained_draft(engine):
+    from specscribe.models.draft import DraftDecoder
+
+    return DraftDecoder.from_target(engine.model.decoder)
+
+
+@pytest.fixture(scope="module")
+def clips(clips_dir):
+    from specscribe.clips import librivox_clips
+    from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
+
+    out = {"jfk": load_audio(clips_dir / "jfk.flac")}
+    for path in sorted(librivox_clips(clips_dir)):
+        out[path.stem[-4:]] = load_audio(path)
+    multi = load_audio(clips_dir / "multilingual.mp3")
+    cut = int(GERMAN_START * SAMPLE_RATE)
+    out["multilingual-en"] = multi[:cut]
+    out["multilingual-de"] = multi[cut : cut + 30 * SAMPLE_RATE]
+    return out
+
+
+def _reference(engine, encoded, request, language):
+    """The engine's own reference loop (target only, one token per pass)."""
+    from specscribe.models.decoding import GenerateOptions, generate, max_new_tokens
+
+    tok = engine.tokenizer
+    prompt = engine.prompt(request, language)
+    options = GenerateOptions(
+        max_new_tokens=max_new_tokens(len(prompt), request.max_new_tokens, engine.dims.n_text_ctx),
+        eot=tok.eot,
+        sot_index=prompt.index(tok.sot),
+        no_speech=tok.no_speech,
+    )
+    return prompt, options, generate(engine.session(encoded), prompt, engine.rules(request), options)
+
+
+@pytest.mark.parametrize("name", CLIP_NAMES)
+def test_every_drafter_gives_the_reference_tokens(engine, untrained_draft, clips, name):
+    from specscribe.models.draft import DraftDecoderDrafter
+    from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter, RandomDrafter
+    from specscribe.models.speculative import generate_window
+
+    language = "de" if name == "multilingual-de" else "en"
+    audio = clips[name]
+    encoded = engine.encode(audio)
+    shorter = engine.encode(audio[: max(len(audio) // 2, len(audio) - 16000)])
+    tok = engine.tokenizer
+    failures, accepted = [], 0
+    for task, timestamps in COMBOS:
+        request = DecodeRequest(task=task, language=language, timestamps=timestamps)
+        prompt, options, ref = _reference(engine, encoded, request, language)
+        assert len(ref.tokens) > 3 and ref.finished
+        hypothesis = _reference(engine, shorter, request, language)[2].tokens
+        rules = engine.rules(request)
+        enc = encoded.handle
+        first = (task, timestamps) == COMBOS[0]
+        drafters = {
+            "hypothesis": PreviousHypothesisDrafter(hypothesis),
+            "ngram": NgramDrafter(max_n=3, min_n=1),
+            "random": RandomDrafter(engine.dims.n_vocab, seed=len(ref.tokens)),
+            "decoder": DraftDecoderDrafter(untrained_draft, enc, rules, tok.eot),
+        }
+        if first:  # the loop without a drafter, and a chain, once per clip
+            drafters["none"] = None
+            drafters["hypothesis+decoder"] = ChainDrafter(
+                [PreviousHypothesisDrafter(hypothesis), DraftDecoderDrafter(untrained_draft, enc, rules, tok.eot)]
+            )
+        for label, drafter in drafters.items():
+            gen, stats = generate_window(engine.session(encoded), prompt, rules, options, drafter, engine.dims.n_text_ctx)
+            if gen.tokens != ref.tokens or gen.finished != ref.finished:
+                at = next((i for i, (a, b) in enumerate(zip(gen.tokens, ref.tokens)) if a != b), None)
+                failures.append(f"{task} ts={timestamps} {label}: first difference at {at}")
+                continue
+            assert gen.sum_logprob == pytest.approx(ref.sum_logprob, abs=1e-3)
+            assert gen.no_speech_prob == pytest.approx(ref.no_speech_prob, abs=1e-4)
+            assert stats.tokens == len(ref.tokens) + 1
+            if label == "none":
+                assert stats.drafted == 0 and stats.target_passes == stats.tokens
+            if label == "hypothesis":
+                accepted += stats.accepted
+        if first:  # the engine's own decode() routes through the speculative loop (auto drafter)
+            req = DecodeRequest(task=task, language=language, timestamps=timestamps, hypothesis_tokens=hypothesis)
+            result = engine.decode(encoded, req)
+            if result.tokens != ref.tokens:
+                failures.append(f"{task} ts={timestamps} engine.decode(auto)")
+            assert result.stats.tokens == len(ref.tokens) + 1 and result.stats.accepted > 0
+    assert not failures, f"{name}: speculative output differs from the reference: {failures}"
+    assert accepted > 0  # the previous hypothesis was actually used
+
+
+def test_word_alignment_gives_ordered_words_inside_segments(engine, clips):
+    encoded = engine.encode(clips["jfk"])
+    result = engine.decode(encoded, DecodeRequest(language="en"))
+    segments = engine.align_words(encoded, result)
+    words = [w for s in segments for w in s.words]
+    text = "".join(w.text for w in words)
+    assert text.strip() == result.text.strip()
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(words, words[1:]))
+    for seg in segments:
+        assert all(seg.start - 1e-6 <= w.start <= w.end <= seg.end + 1e-6 for w in seg.words)
+    # "ask not" is said in the first few seconds, "country" near the end (JFK clip, 11 s)
+    country = [w for w in words if "country" in w.text]
+    assert words[0].start < 3.0 and country and country[-1].end > 7.0
+    assert all(0 < w.probability <= 1 for w in words)
+    assert len(words) == len(result.text.split())

@@ -1,0 +1,121 @@
+"""The torch engine in float32, greedy, decodes exactly the token ids CTranslate2 decodes.
+
+Same features (faster-whisper's FeatureExtractor), same prompt, same options (beam 1, suppress
+-1 expanded as faster-whisper does, suppress_blank, max_initial_timestamp 1 s, max_length 448),
+with and without timestamps; language detection must agree too. Each engine runs its own encoder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specscribe.models.types import DecodeRequest
+
+pytestmark = pytest.mark.integration
+
+GERMAN_START = 30.0  # seconds: multilingual.mp3 is English until ~30 s, then German (checked by ear/segments)
+
+
+@pytest.fixture(scope="module")
+def engines(base_model_dir):
+    from faster_whisper import WhisperModel
+
+    from specscribe.models.engines import EngineOptions
+    from specscribe.models.spec_engine import SpecEngine
+
+    spec = SpecEngine(base_model_dir, EngineOptions(engine="spec", model="base", compute_type="float32"))
+    fw = WhisperModel(str(base_model_dir), device="cpu", compute_type="float32")
+    return spec, fw
+
+
+def _clips(clips_dir):
+    from specscribe.clips import librivox_clips
+    from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
+
+    out = {"jfk": load_audio(clips_dir / "jfk.flac")}
+    for path in sorted(librivox_clips(clips_dir)):
+        out[path.stem[-4:]] = load_audio(path)
+    multi = load_audio(clips_dir / "multilingual.mp3")
+    cut = int(GERMAN_START * SAMPLE_RATE)
+    out["multilingual-en"] = multi[:cut]
+    out["multilingual-de"] = multi[cut : cut + 30 * SAMPLE_RATE]
+    return out
+
+
+CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", "multilingual-de"]
+
+
+@pytest.fixture(scope="module")
+def clips(clips_dir):
+    return _clips(clips_dir)
+
+
+def _ct2_generate(fw, spec, encoder_output, request: DecodeRequest, language: str):
+    from faster_whisper.transcribe import get_suppressed_tokens
+
+    tokenizer = spec.tokenizer.for_task(request.task, language)
+    prompt = fw.get_prompt(tokenizer, list(request.prompt_tokens), without_timestamps=not request.timestamps)
+    assert prompt == spec.prompt(request, language)  # the same prompt on both sides
+    result = fw.model.generate(
+        encoder_output,
+        [prompt],
+        beam_size=1,
+        max_length=448,
+        return_scores=True,
+        return_no_speech_prob=True,
+        suppress_blank=request.suppress_blank,
+        suppress_tokens=list(get_suppressed_tokens(tokenizer, list(request.suppress_tokens))),
+        max_initial_timestamp_index=int(round(request.max_initial_timestamp / 0.02)),
+    )[0]
+    return result
+
+
+@pytest.mark.parametrize("name", CLIP_NAMES)
+def test_tokens_match_ctranslate2(engines, clips, name):
+    spec, fw = engines
+    audio = clips[name]
+    assert 0 < len(audio) <= 30 * 16000
+    encoded = spec.encode(audio)
+    ct2_out = fw.encode(spec.features(audio))
+
+    language, prob = spec.detect_language(encoded)
+    ct2_token, ct2_prob = fw.model.detect_language(ct2_out)[0][0]
+    assert language == ct2_token[2:-2], f"{name}: language {language} vs CTranslate2 {ct2_token}"
+    assert abs(prob - ct2_prob) < 1e-3
+    if name == "multilingual-de":
+        assert language == "de"
+    else:
+        assert language == "en"
+
+    for timestamps in (True, False):
+        request = DecodeRequest(language=language, timestamps=timestamps)
+        ours = spec.decode(encoded, request)
+        ref = _ct2_generate(fw, spec, ct2_out, request, language)
+        ref_tokens = tuple(ref.sequences_ids[0])
+        assert len(ref_tokens) > 5
+        assert ours.tokens == ref_tokens, (
+            f"{name} timestamps={timestamps}: first difference at "
+            f"{next((i for i, (a, b) in enumerate(zip(ours.tokens, ref_tokens)) if a != b), min(len(ours.tokens), len(ref_tokens)))}"
+        )
+        ref_avg = ref.scores[0] * len(ref_tokens) / (len(ref_tokens) + 1)
+        assert ours.avg_logprob == pytest.approx(ref_avg, abs=1e-3)
+        assert ours.no_speech_prob == pytest.approx(ref.no_speech_prob, abs=1e-3)
+        if timestamps:
+            assert any(t >= spec.tokenizer.timestamp_begin for t in ours.tokens)
+        else:
+            assert not any(t >= spec.tokenizer.timestamp_begin for t in ours.tokens)
+
+
+def test_translate_and_previous_text_prompt_match(engines, clips):
+    """The translate task and a <|startofprev|> prompt reach the same tokens too (German half)."""
+    spec, fw = engines
+    audio = clips["multilingual-de"]
+    encoded = spec.encode(audio)
+    ct2_out = fw.encode(spec.features(audio))
+    previous = spec.encode_text(" Permission is hereby granted, free of charge.")
+    request = DecodeRequest(task="translate", language="de", timestamps=True, prompt_tokens=previous)
+    ours = spec.decode(encoded, request)
+    ref = _ct2_generate(fw, spec, ct2_out, request, "de")
+    assert ours.tokens == tuple(ref.sequences_ids[0])
+    assert np.isfinite(ours.avg_logprob)

@@ -1,0 +1,27 @@
+"""Compute type by hardware flags, and overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from specscribe.models.compute import cpu_has_fast_bf16, resolve_compute_type
+
+
+def test_auto_picks_by_cpu_flags():
+    assert resolve_compute_type("auto", "cpu", {"avx512f", "amx_bf16", "amx_tile"}) == "bfloat16"
+    assert resolve_compute_type("auto", "cpu", {"avx512f", "avx512_bf16"}) == "bfloat16"
+    assert resolve_compute_type("auto", "cpu", {"avx2", "fma"}) == "int8"
+    assert resolve_compute_type("auto", "cuda", {"avx2"}) == "float16"
+
+
+def test_override_and_bad_values():
+    assert resolve_compute_type("float32", "cpu", {"amx_bf16"}) == "float32"
+    assert resolve_compute_type("bfloat16", "cpu", {"avx2"}) == "bfloat16"
+    with pytest.raises(ValueError, match="unknown compute type"):
+        resolve_compute_type("int4", "cpu", set())
+    with pytest.raises(ValueError, match="CPU only"):
+        resolve_compute_type("int8", "cuda", set())
+
+
+def test_fast_bf16_flags():
+    assert cpu_has_fast_bf16({"amx_bf16"}) and not cpu_has_fast_bf16({"avx2", "avx512f"})

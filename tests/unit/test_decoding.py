@@ -1,0 +1,73 @@
+"""Prompt building, length limits, the reference loop and segment splitting, with scripted logits."""
+
+from __future__ import annotations
+
+import torch
+
+from specscribe.models.decoding import GenerateOptions, build_prompt, generate, max_new_tokens, split_segments
+from specscribe.models.logits import RuleConfig, WhisperLogitRules
+
+V, EOT, SOT, NO_TS, TS = 20, 10, 11, 12, 13
+
+
+class ScriptedSession:
+    """A DecoderSession whose argmax after n cached tokens is script[n - prompt_len]."""
+
+    def __init__(self, prompt_len: int, script: list[int]):
+        self.prompt_len, self.script, self.length, self.calls = prompt_len, script, 0, []
+
+    def forward(self, tokens):
+        rows = []
+        for _ in tokens:
+            self.length += 1
+            i = self.length - self.prompt_len
+            row = torch.zeros(V)
+            row[3] = 1.0  # a fallback text token
+            if 0 <= i < len(self.script):
+                row[self.script[i]] = 10.0
+            rows.append(row)
+        self.calls.append(list(tokens))
+        return torch.stack(rows)
+
+    def crop(self, length):
+        self.length = length
+
+
+def test_build_prompt_like_faster_whisper():
+    assert build_prompt([SOT, 1, 2], [], 9, NO_TS, True) == [SOT, 1, 2]
+    assert build_prompt([SOT, 1, 2], [], 9, NO_TS, False) == [SOT, 1, 2, NO_TS]
+    prev = list(range(300))
+    prompt = build_prompt([SOT], prev, 9, NO_TS, True, n_text_ctx=448)
+    assert prompt[0] == 9 and prompt[1:-1] == prev[-223:] and prompt[-1] == SOT
+
+
+def test_max_new_tokens_like_ctranslate2():
+    assert max_new_tokens(4, 224) == 224
+    assert max_new_tokens(300, 224) == 149  # 448 - (300 - 1)
+    assert max_new_tokens(4, 10) == 10
+
+
+def test_generate_greedy_stops_at_eot_and_counts_passes():
+    rules = WhisperLogitRules(RuleConfig(n_vocab=V, eot=EOT, no_timestamps=NO_TS, timestamps=False))
+    session = ScriptedSession(2, [1, 2, 5, EOT])
+    gen = generate(session, [SOT, NO_TS], rules, GenerateOptions(max_new_tokens=50, eot=EOT, sot_index=0, no_speech=7))
+    assert gen.tokens == (1, 2, 5) and gen.finished
+    assert session.calls == [[SOT, NO_TS], [1], [2], [5]]
+    assert gen.passes == 3
+    assert gen.avg_logprob == gen.sum_logprob / 4 and gen.sum_logprob < 0
+    assert 0 < gen.no_speech_prob < 1
+
+
+def test_generate_length_limit_keeps_last_token():
+    rules = WhisperLogitRules(RuleConfig(n_vocab=V, eot=EOT, no_timestamps=NO_TS, timestamps=False))
+    gen = generate(ScriptedSession(1, [1, 2, 5, EOT]), [SOT], rules, GenerateOptions(max_new_tokens=2, eot=EOT))
+    assert gen.tokens == (1, 2) and not gen.finished
+
+
+def test_split_segments_like_faster_whisper():
+    toks = [TS, 1, 2, TS + 3, TS + 3, 4, TS + 5]  # closed pair, then a single timestamp ending
+    spans = split_segments(toks, TS, duration=5.0)
+    assert [(s.start, s.end) for s in spans] == [(0.0, 0.06), (0.06, 0.1)]
+    assert spans[1].tokens == (TS + 3, 4, TS + 5)
+    spans = split_segments([1, 2, 3], TS, duration=5.0)  # no timestamps: the whole window
+    assert [(s.start, s.end) for s in spans] == [(0.0, 5.0)]

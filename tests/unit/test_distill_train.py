@@ -1,0 +1,191 @@
+"""The distillation training stage on a tiny random 'target' decoder (no weights, a few steps)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from specscribe.models.distill import labels, metrics, train
+from specscribe.models.distill.export import draft_state, export_draft, load_draft_into
+from specscribe.models.distill.net import DraftNet
+from specscribe.models.whisper import DecoderLayer, TextDecoder
+
+V, D, H, S, EOT = 64, 32, 4, 12, 60  # vocab, width, heads, audio positions, end-of-text
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one thread avoids OpenMP spin-waits on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_target(seed: int = 0, n_layers: int = 3) -> TextDecoder:
+    torch.manual_seed(seed)
+    emb = nn.Embedding(V, D)
+    proj = nn.Linear(D, V, bias=False)
+    proj.weight = emb.weight
+    layers = [DecoderLayer(D, H, 4 * D) for _ in range(n_layers)]
+    dec = TextDecoder(emb, torch.randn(40, D) * 0.1, layers, nn.LayerNorm(D), proj).eval()
+    for p in dec.parameters():
+        p.requires_grad_(False)
+    return dec
+
+
+def greedy(dec: TextDecoder, enc: torch.Tensor, prompt: list[int], n: int) -> tuple[list[int], torch.Tensor]:
+    """The tiny target's own greedy tokens (eot forbidden until n) and its logits at each step."""
+    session = dec.session(enc)
+    logits = session.forward(prompt)[-1]
+    tokens, rows = [], []
+    for i in range(n + 1):
+        row = logits.clone()
+        row[EOT] = -50.0 if i < n else row.abs().max() + 50.0
+        rows.append(row)
+        token = int(row.argmax())
+        if token == EOT:
+            break
+        tokens.append(token)
+        logits = session.forward([token])[-1]
+    return tokens, torch.stack(rows)
+
+
+def write_labels(folder, dec: TextDecoder, n_items: int = 6, top_k: int = 8) -> None:
+    """A labels/ folder in the label stage's layout, labelled by the tiny target itself."""
+    (folder / "labels" / "enc").mkdir(parents=True)
+    (folder / "labels" / "topk").mkdir()
+    g = torch.Generator().manual_seed(1)
+    with open(folder / "labels" / "labels.jsonl", "w") as fh:
+        for i in range(n_items):
+            enc = torch.randn(1, S, D, generator=g)
+            np.save(folder / "labels" / "enc" / f"it{i}.npy", enc[0].numpy().astype(np.float16))
+            prompt = [61, 62 + i % 2]
+            tokens, logits = greedy(dec, enc.half().float(), prompt, 6 + i % 3)
+            values, indices = logits.topk(top_k, dim=-1)
+            seq = f"it{i}-0"
+            np.savez(folder / "labels" / "topk" / f"{seq}.npz", values=values.numpy().astype(np.float16),
+                     indices=indices.numpy().astype(np.int32))  # fmt: skip
+            row = {"seq": seq, "item": f"it{i}", "split": "val" if i >= n_items - 2 else "train", "lang": "en",
+                   "task": "transcribe", "timestamps": False, "prompt": prompt, "tokens": tokens, "kept": True}  # fmt: skip
+            fh.write(json.dumps(row) + "\n")
+
+
+def test_passes_for_counts_the_speculative_rounds():
+    assert metrics.passes_for([True] * 8, 4) == 2  # 4 accepted + bonus, 3 accepted + end
+    assert metrics.passes_for([False] * 5, 4) == 5  # every pass emits only the target's token
+    assert metrics.passes_for([True, True, False, True], 8) == 2
+    report = metrics.acceptance_report([("a", [True, False]), ("b", [True, True, True, True])], ks=(4,))
+    assert report["acceptance"] == round(5 / 6, 4)
+    assert report["groups"]["b"]["tokens_per_pass"]["4"] == 4.0
+
+
+def test_draft_net_matches_the_cached_inference_decoder():
+    dec = tiny_target()
+    net = DraftNet(dec, (0, -1))
+    assert net.source_layers == (0, 2)
+    enc = torch.randn(1, S, D)
+    tokens = [61, 62, 5, 9, 17]
+    with torch.no_grad():
+        batched = net(torch.tensor([tokens]), enc)[0]  # (T, V)
+    session = net.text_decoder(dec).session(enc)
+    cached = torch.cat([session.forward(tokens[:2]), session.forward(tokens[2:3]), session.forward(tokens[3:])])
+    torch.testing.assert_close(batched, cached, atol=1e-4, rtol=1e-4)
+
+
+def test_training_raises_agreement_with_the_target(tmp_path):
+    dec = tiny_target()
+    write_labels(tmp_path, dec)
+    seqs = labels.read_labels(tmp_path)
+    examples = train.load_examples(tmp_path, seqs, EOT)
+    encoders = train.EncoderCache(tmp_path)
+    net = DraftNet(dec, (0,))  # one layer of three, perturbed: starts far from the target
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, p in net.layers[0].named_parameters():
+            if "cross_kv" not in name:
+                p.add_(torch.randn_like(p) * 0.5)
+    before = train.evaluate(net, examples, encoders)
+    rows = []
+    options = train.TrainOptions(steps=60, lr=3e-3, warmup=5, batch_size=4, eval_every=30, dtype="float32")
+    after = train.train(net, examples, examples, encoders, options, log=rows.append)
+    assert after["acceptance"] >= before["acceptance"] + 0.2, (before, after)
+    assert [r["step"] for r in rows] == [0, 30, 60] and rows[-1]["loss"] < rows[1]["loss"] + 1.0
+    assert set(after["tokens_per_pass"]) == {"4", "5", "6", "7", "8"}
+    frozen = dict(net.layers[0].named_parameters())["cross_kv.weight"]
+    assert torch.equal(frozen, dec.layers[0].cross_kv.weight.float())  # shared with the target
+
+
+def test_distill_loss_is_zero_kl_for_the_teacher_itself():
+    dec = tiny_target()
+    net = DraftNet(dec, (0, 1, 2))  # all layers: the draft *is* the target
+    enc = torch.randn(1, S, D)
+    tokens = [5, 9, 17, 3]
+    logits = dec.session(enc).forward([61, 62] + tokens)[1:]  # (5, V) teacher forced
+    values, indices = logits.topk(V, dim=-1)
+    ex = train.Example("x", torch.tensor([61, 62] + tokens), 1, torch.tensor(tokens + [EOT]), values, indices, "en")
+    batch = train.collate([ex], _Const(enc[0]), None)
+    with torch.no_grad():
+        _, parts = train.distill_loss(net(batch.tokens, batch.enc), batch, 0.5)
+    assert parts["kl"] < 1e-3
+
+
+class _Const:
+    def __init__(self, enc):
+        self.enc = enc
+
+    def get(self, item):
+        return self.enc
+
+
+def test_reduced_vocabulary_keeps_specials_and_maps_targets(tmp_path):
+    seqs = [labels.Sequence_("s", "i", "train", "en", "transcribe", False, (61,), (3, 3, 3, 7, 7, 9))]
+    ids = train.reduced_vocabulary(seqs, size=V - EOT + 2, first_special=EOT, n_vocab=V)
+    assert ids.tolist() == [3, 7] + list(range(EOT, V))
+    index = train.head_index_of(ids, V)
+    assert index[7] == 1 and index[9] == -1 and index[EOT] == 2
+    dec = tiny_target()
+    net = DraftNet(dec, (0,), vocab_ids=ids)
+    logits = net(torch.tensor([[61, 3, 7]]), torch.randn(1, S, D))
+    assert logits.shape == (1, 3, len(ids))
+
+
+def test_export_loads_as_a_draft_decoder_and_checks_the_target(tmp_path):
+    from specscribe.models.draft import DraftDecoder
+    from specscribe.models.errors import ModelError
+    from specscribe.models.registry import sha256_file
+
+    dec = tiny_target()
+    net = DraftNet(dec, (0, 2))
+    with torch.no_grad():
+        net.layers[1].mlp.fc1.weight.add_(0.5)
+    path = export_draft(net, tmp_path / "d.safetensors", dec, "ab" * 32, {"x": 1})
+    assert (tmp_path / "d.safetensors.sha256").read_text().split()[0] == sha256_file(path)
+    assert all(t.dtype == torch.float16 for t in draft_state(net).values())
+    draft = DraftDecoder.load(path, dec, "ab" * 32)
+    assert draft.sources == (0, 2)
+    torch.testing.assert_close(draft.decoder.layers[1].mlp.fc1.weight, net.layers[1].mlp.fc1.weight, atol=2e-3, rtol=1e-3)
+    with pytest.raises(ModelError, match="another target"):
+        DraftDecoder.load(path, dec, "cd" * 32)
+    fresh = DraftNet(dec, (0, 2))
+    meta = load_draft_into(fresh, path)
+    assert meta["shared_cross_kv"] == "true" and json.loads(meta["training"]) == {"x": 1}
+    torch.testing.assert_close(fresh.layers[1].mlp.fc1.weight, net.layers[1].mlp.fc1.weight, atol=2e-3, rtol=1e-3)
+
+
+def test_reduced_vocabulary_checkpoint_keeps_its_ids(tmp_path):
+    dec = tiny_target()
+    net = DraftNet(dec, (0,), vocab_ids=torch.tensor([1, 2, 60, 61]))
+    path = export_draft(net, tmp_path / "r.safetensors", dec, "ab" * 32, {})
+    fresh = DraftNet(dec, (0,))
+    load_draft_into(fresh, path)
+    assert fresh.vocab_ids.tolist() == [1, 2, 60, 61]
+
+
+def test_bad_layer_index_is_a_clear_error():
+    with pytest.raises(ValueError, match="out of range"):
+        DraftNet(tiny_target(), (7,))

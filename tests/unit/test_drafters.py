@@ -1,0 +1,172 @@
+"""Drafters without weights: previous hypothesis, n-gram, chain, random, and the draft decoder on a
+tiny randomly initialised Whisper decoder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specscribe.models.draft import DraftDecoder, DraftDecoderDrafter
+from specscribe.models.drafters import ChainDrafter, Draft, NgramDrafter, PreviousHypothesisDrafter, RandomDrafter
+from specscribe.models.errors import ModelError
+from specscribe.models.speculative import SpecOptions, generate
+from specscribe.models.weights import WhisperDims
+from specscribe.models.whisper import WhisperModel
+
+
+def test_previous_hypothesis_follows_then_resyncs():
+    d = PreviousHypothesisDrafter([1, 2, 3, 4, 5, 6, 7, 8])
+    d.begin([50])
+    assert d.propose([], 3).tokens == (1, 2, 3)
+    assert d.propose([1, 2, 3], 2).tokens == (4, 5)
+    # a word changed: 9 instead of 4; nothing to go on yet
+    assert d.propose([1, 2, 3, 9], 2).tokens == ()
+    # the output comes back to the hypothesis (5): continue after it
+    assert d.propose([1, 2, 3, 9, 5], 3).tokens == (6, 7, 8)
+    # an inserted token shifts the alignment; the offset is kept
+    assert d.propose([1, 2, 3, 9, 5, 6, 7], 3).tokens == (8,)
+    assert d.propose([1, 2, 3, 9, 5, 6, 7, 8], 3).tokens == ()
+
+
+def test_previous_hypothesis_prefers_the_occurrence_nearest_its_position():
+    hyp = [7, 1, 2, 7, 3, 4, 7, 5, 6]
+    d = PreviousHypothesisDrafter(hyp, max_n=1)
+    d.begin([])
+    assert d.propose([7, 1, 2, 9, 3, 4, 7], 2).tokens == (5, 6)  # the third 7, not the first
+    d.begin([])
+    assert d.propose([7], 2).tokens == (1, 2)
+
+
+def test_ngram_proposes_what_followed_the_latest_match():
+    d = NgramDrafter(max_n=3, min_n=1)
+    d.begin([10, 11, 12, 13, 14])
+    assert d.propose([11, 12], 2).tokens == (13, 14)
+    assert d.propose([99], 2).tokens == ()
+    # the latest occurrence wins
+    assert d.propose([5, 6, 7, 5, 6, 8, 5, 6], 1).tokens == (8,)
+    assert NgramDrafter(max_n=2, min_n=2).propose.__self__.min_n == 2
+
+
+def test_chain_takes_first_non_empty_and_forwards_every_call():
+    class Spy:
+        name = "spy"
+
+        def __init__(self, tokens):
+            self.tokens, self.calls = tokens, []
+
+        def begin(self, prompt, temperature=0.0, generator=None):
+            self.calls.append("begin")
+
+        def propose(self, generated, k):
+            self.calls.append("propose")
+            return Draft(self.tokens[:k])
+
+        def accept(self, generated):
+            self.calls.append("accept")
+
+        def finish(self):
+            self.calls.append("finish")
+
+    a, b = Spy(()), Spy((4, 5, 6))
+    chain = ChainDrafter([a, b])
+    chain.begin([1])
+    assert chain.propose([], 2).tokens == (4, 5)
+    chain.accept([4])
+    chain.finish()
+    assert a.calls == b.calls == ["begin", "propose", "accept", "finish"]
+    assert chain.name == "spy+spy"
+
+
+def test_random_drafter_is_seeded_and_in_vocab():
+    d = RandomDrafter([3, 5, 7], seed=1)
+    d.begin([])
+    first = d.propose([], 20).tokens
+    d.begin([])
+    assert d.propose([], 20).tokens == first and set(first) <= {3, 5, 7}
+
+
+# --- the draft decoder on a tiny random Whisper ---------------------------------------------
+
+DIMS = WhisperDims(n_mels=8, n_audio_ctx=6, n_audio_state=16, n_audio_head=2, n_audio_layer=1,
+                   n_vocab=40, n_text_ctx=24, n_text_state=16, n_text_head=2, n_text_layer=3)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    model = WhisperModel(DIMS).eval()
+    with torch.no_grad():
+        model.decoder.positional_embedding.normal_()
+    enc = torch.randn(1, DIMS.n_audio_ctx, DIMS.n_audio_state)
+    return model, enc
+
+
+def test_draft_shares_embeddings_and_copies_layers(tiny):
+    model, _ = tiny
+    draft = DraftDecoder.from_target(model.decoder)
+    dec = draft.decoder
+    assert draft.sources == (0, 2)
+    assert dec.token_embedding is model.decoder.token_embedding and dec.proj is model.decoder.proj
+    assert dec.positional_embedding.data_ptr() == model.decoder.positional_embedding.data_ptr()
+    assert dec.layers[0] is not model.decoder.layers[0]
+    assert torch.equal(dec.layers[1].qkv.weight, model.decoder.layers[2].qkv.weight)
+
+
+def _greedy(session, prompt, n):
+    out, logits = [], session.forward(prompt)[-1]
+    for _ in range(n):
+        out.append(int(logits.argmax()))
+        logits = session.forward([out[-1]])[-1]
+    return out
+
+
+def test_draft_drafter_proposes_its_greedy_continuation_and_follows_crops(tiny):
+    model, enc = tiny
+    draft = DraftDecoder.from_target(model.decoder, sources=(1,))
+    prompt = [1, 2, 3]
+    want = _greedy(draft.session(enc), prompt, 6)
+    drafter = DraftDecoderDrafter(draft, enc)
+    drafter.begin(prompt)
+    assert drafter.propose([], 3).tokens == tuple(want[:3])
+    drafter.accept(want[:1] + [39])  # the verifier kept one draft and a correction
+    assert drafter.session.length == len(prompt) + 1  # cropped to the common prefix
+    assert drafter.propose(want[:4], 2).tokens == tuple(want[4:6])
+    drafter.finish()
+    assert drafter.session is None
+
+
+def test_target_with_draft_decoder_is_lossless(tiny):
+    model, enc = tiny
+    draft = DraftDecoder.from_target(model.decoder)
+
+    class Rules:
+        def apply(self, logits, generated):
+            return logits
+
+    opts = SpecOptions(eot=39, max_new_tokens=18, n_ctx=DIMS.n_text_ctx)
+    plain = generate(model.decoder.session(enc), Rules(), [1, 2], None, opts)
+    spec = generate(model.decoder.session(enc), Rules(), [1, 2], DraftDecoderDrafter(draft, enc, eot=39), opts)
+    assert spec.tokens == plain.tokens and spec.stats.drafted > 0
+    assert spec.logprobs == pytest.approx(plain.logprobs, abs=1e-4)
+
+
+def test_checkpoint_round_trip_and_refusal(tiny, tmp_path):
+    model, enc = tiny
+    draft = DraftDecoder.from_target(model.decoder, sources=(0, -1))
+    with torch.no_grad():
+        draft.decoder.layers[0].mlp.fc1.weight.add_(0.5)  # as if trained
+    path = tmp_path / "draft.safetensors"
+    draft.save(path, target_sha256="a" * 64)
+    loaded = DraftDecoder.load(path, model.decoder, "a" * 64)
+    assert loaded.sources == (0, 2)
+    assert loaded.decoder.token_embedding is model.decoder.token_embedding
+    a = draft.session(enc).forward([1, 2, 3])
+    b = loaded.session(enc).forward([1, 2, 3])
+    assert torch.allclose(a, b, atol=1e-5)
+    with pytest.raises(ModelError, match="another target"):
+        DraftDecoder.load(path, model.decoder, "b" * 64)
+    (tmp_path / "junk.safetensors").write_bytes(b"not a checkpoint")
+    with pytest.raises(ModelError, match="unreadable"):
+        DraftDecoder.load(tmp_path / "junk.safetensors", model.decoder, "a" * 64)
+    with pytest.raises(ModelError, match="does not exist"):
+        DraftDecoder.load(tmp_path / "missing.safetensors", model.decoder, "a" * 64)

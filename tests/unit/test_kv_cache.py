@@ -1,0 +1,77 @@
+"""KV cache: T tokens in one pass equal T single steps; crop then re-feed equals a fresh session."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specscribe.models.kv_cache import KVCache
+from specscribe.models.weights import WhisperDims
+from specscribe.models.whisper import WhisperModel
+
+DIMS = WhisperDims(n_mels=6, n_audio_ctx=10, n_audio_state=16, n_audio_head=2, n_audio_layer=1,
+                   n_vocab=40, n_text_ctx=24, n_text_state=16, n_text_head=2, n_text_layer=2)
+TOKENS = [3, 17, 5, 9, 30, 2, 11]
+
+
+@pytest.fixture(scope="module")
+def model_and_enc():
+    torch.manual_seed(0)
+    model = WhisperModel(DIMS).eval()
+    with torch.no_grad():
+        model.decoder.positional_embedding.normal_(0, 0.5)
+        model.encoder.positional_embedding.normal_(0, 0.5)
+    enc = model.encode(torch.randn(1, 6, 20))
+    return model, enc
+
+
+def test_one_pass_equals_single_steps(model_and_enc):
+    model, enc = model_and_enc
+    batch = model.session(enc).forward(TOKENS)  # (T, V)
+    single = model.session(enc)
+    steps = torch.cat([single.forward([t]) for t in TOKENS])
+    assert batch.shape == steps.shape == (len(TOKENS), DIMS.n_vocab)
+    torch.testing.assert_close(batch, steps, rtol=1e-5, atol=1e-5)
+    assert single.length == len(TOKENS)
+
+
+def test_crop_then_refeed_equals_fresh(model_and_enc):
+    model, enc = model_and_enc
+    fresh = model.session(enc).forward(TOKENS[:3] + [21, 22])
+    session = model.session(enc)
+    session.forward(TOKENS)  # 7 tokens, then roll back 4 of them
+    session.crop(3)
+    assert session.length == 3
+    again = session.forward([21, 22])
+    torch.testing.assert_close(again, fresh[3:], rtol=1e-5, atol=1e-5)
+
+
+def test_cross_attention_scores(model_and_enc):
+    model, enc = model_and_enc
+    plain = model.session(enc).forward(TOKENS[:4])
+    logits, scores = model.session(enc).forward(TOKENS[:4], return_cross_attention=True)
+    torch.testing.assert_close(logits, plain, rtol=1e-5, atol=1e-5)
+    assert scores.shape == (DIMS.n_text_layer, DIMS.n_text_head, 4, DIMS.n_audio_ctx)
+
+
+def test_cache_limits():
+    cache = KVCache(n_layers=1, n_heads=1, head_dim=2, max_len=4)
+    k = torch.ones(1, 1, 3, 2)
+    keys, values = cache.write(0, k, 2 * k)
+    assert keys.shape == (1, 1, 3, 2)
+    cache.advance(3)
+    with pytest.raises(ValueError, match="full"):
+        cache.write(0, k, k)
+    with pytest.raises(ValueError, match="crop"):
+        cache.crop(5)
+    cache.crop(1)
+    keys, _ = cache.write(0, torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2))
+    assert keys.shape[2] == 2 and keys[0, 0, 1].sum() == 0 and keys[0, 0, 0].sum() == 2
+
+
+def test_context_overflow_is_an_error(model_and_enc):
+    model, enc = model_and_enc
+    session = model.session(enc)
+    session.forward(list(range(DIMS.n_text_ctx)))
+    with pytest.raises(ValueError, match="context full"):
+        session.forward([1])

@@ -1,0 +1,114 @@
+"""LocalAgreement-2 with scripted hypotheses: what gets committed, never rewritten, and trimming."""
+
+from specscribe.models.types import Word
+from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, normalize_word
+
+
+def words(spec: str, start: float = 0.0, step: float = 0.5) -> list[Word]:
+    """'a b c' -> words 0.5 s apart starting at `start`."""
+    return [Word(start + i * step, start + i * step + 0.4, " " + t) for i, t in enumerate(spec.split())]
+
+
+def texts(ws) -> list[str]:
+    return [w.text.strip() for w in ws]
+
+
+def test_commits_the_agreed_prefix_only():
+    p = LocalAgreement()
+    p.insert_audio(1.0)
+    u = p.process(words("hello wor"))
+    assert u.committed == () and texts(u.partial) == ["hello", "wor"]
+    p.insert_audio(1.5)
+    u = p.process(words("hello world how"))
+    assert texts(u.committed) == ["hello"] and texts(u.partial) == ["world", "how"]
+    p.insert_audio(2.0)
+    u = p.process(words("hello world how are"))
+    assert texts(u.committed) == ["world", "how"] and texts(u.partial) == ["are"]
+
+
+def test_committed_text_is_never_rewritten():
+    p = LocalAgreement()
+    hyps = ["the cat", "the cat sat", "a cat sat on", "the cat sat on the", "the bat sat on the mat"]
+    committed = []
+    for i, h in enumerate(hyps):
+        p.insert_audio(1.0 + i)
+        u = p.process(words(h))
+        committed += texts(u.committed)
+        # what is committed stays a prefix of everything committed later
+        assert texts(p.committed) == committed
+    assert committed == ["the", "cat", "sat", "on", "the"]  # "bat" vs "cat": the committed "cat" stays
+    u = p.finish(words("the cat sat on the mat"))
+    assert texts(u.committed) == ["mat"]
+
+
+def test_agreement_ignores_case_and_punctuation():
+    assert normalize_word(" Hello,") == normalize_word("hello")
+    p = LocalAgreement()
+    p.process(words("Hello, there"))
+    u = p.process(words("hello there friend"))
+    assert texts(u.committed) == ["hello", "there"]  # the newer spelling is committed
+
+
+def test_repeated_words_after_a_trim_are_not_committed_twice():
+    p = LocalAgreement(LocalAgreementOptions(trim_after=100))
+    p.insert_audio(2.0)
+    p.process(words("one two three"))
+    p.process(words("one two three four"))
+    assert texts(p.committed) == ["one", "two", "three"]
+    # the next hypothesis re-decodes committed words with slightly shifted times
+    shifted = [Word(w.start + 0.05, w.end + 0.05, w.text) for w in words("one two three four five")]
+    p.process(shifted)
+    p.process(shifted + words("six", start=2.55))
+    assert texts(p.committed) == ["one", "two", "three", "four", "five"]
+
+
+def test_trims_at_committed_sentence_end_and_builds_the_prompt():
+    p = LocalAgreement()
+    p.insert_audio(3.0)
+    h = words("It works. And then")
+    p.process(h)
+    u = p.process(h + words("more", start=2.0))
+    assert texts(u.committed) == ["It", "works.", "And", "then"]
+    assert u.buffer_start == h[1].end  # cut right after "works."
+    start, prompt = p.window()
+    assert start == h[1].end and prompt == " It works."
+
+
+def test_long_buffer_without_sentences_is_trimmed_at_the_last_committed_word():
+    p = LocalAgreement(LocalAgreementOptions(trim_after=5.0))
+    hyp = words(" ".join(f"w{i}" for i in range(14)))  # 7 s, no punctuation
+    p.insert_audio(7.0)
+    p.process(hyp[:13])
+    u = p.process(hyp)
+    assert u.buffer_start == hyp[12].end  # last committed word; "w13" is still partial
+    assert texts(u.partial) == ["w13"]
+
+
+def test_max_buffer_forces_a_commit():
+    p = LocalAgreement(LocalAgreementOptions(trim_after=100, max_buffer=4.0))
+    p.insert_audio(3.0)
+    p.process(words("a b c"))
+    p.insert_audio(5.0)
+    u = p.process(words("x y z q"))  # disagrees from the first word, but the buffer is full
+    assert texts(u.committed) == ["x", "y", "z", "q"] and u.partial == ()
+    assert u.buffer_start >= 1.9
+
+
+def test_finish_commits_everything_and_resets():
+    p = LocalAgreement()
+    p.insert_audio(2.0)
+    p.process(words("good morning every"))
+    u = p.finish(words("good morning everyone"))
+    assert texts(u.committed) == ["good", "morning", "everyone"]
+    assert u.buffer_start == 2.0 and p.partial == ()
+
+
+def test_skip_drops_silence_only_when_nothing_is_pending():
+    p = LocalAgreement()
+    p.insert_audio(1.0)
+    p.process(words("pending"))
+    p.skip(5.0)
+    assert p.window()[0] == 0.0  # a partial word is still waiting
+    p.finish(words("pending"))
+    p.skip(5.0)
+    assert p.window()[0] == 5.0

@@ -1,0 +1,355 @@
+"""StreamSession with a scripted fake Transcriber and a scripted VAD: no weights.
+
+The fake knows the whole stream (seeded noise, so any window's offset can be found by value) and a
+script of words with absolute times. A decode of a window returns the script's words that lie in
+it; a word cut by the window's end comes out garbled (as Whisper's last word often does), so the
+policy must wait for agreement before committing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
+from specscribe.pipeline.audio import SAMPLE_RATE
+from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.session import StreamSession
+from specscribe.pipeline.types import StreamOptions
+from specscribe.pipeline.vad import VadEvent
+
+SR = SAMPLE_RATE
+
+
+class FakeTranscriber:
+    name = "fake"
+    model_name = "fake"
+    is_multilingual = True
+
+    def __init__(self, stream: np.ndarray, script: list[tuple[str, float, float]], no_speech: bool = False):
+        self.stream = stream
+        self.script = script
+        self.no_speech = no_speech
+        self.vocab: dict[str, int] = {}
+        self.encode_calls = 0
+        self.decode_calls = 0
+        self.requests: list[DecodeRequest] = []
+        self.windows: list[tuple[float, float]] = []  # (offset, duration) of every encode
+
+    def _offset(self, audio: np.ndarray) -> int:
+        for i in np.flatnonzero(self.stream == audio[0]):
+            if np.array_equal(self.stream[i : i + 16], audio[:16]):
+                return int(i)
+        raise AssertionError("window not found in the stream")
+
+    def encode(self, audio: np.ndarray) -> EncodedAudio:
+        assert audio.dtype == np.float32 and audio.ndim == 1 and audio.size <= 30 * SR
+        self.encode_calls += 1
+        off = self._offset(audio) / SR
+        self.windows.append((off, audio.size / SR))
+        return EncodedAudio(duration=audio.size / SR, handle=(off, audio.size / SR))
+
+    def detect_language(self, encoded):
+        return "en", 1.0
+
+    def _tok(self, word: str) -> int:
+        return self.vocab.setdefault(word, len(self.vocab) + 1)
+
+    def decode(self, encoded: EncodedAudio, request: DecodeRequest) -> WindowResult:
+        self.decode_calls += 1
+        self.requests.append(request)
+        off, dur = encoded.handle
+        words = []
+        for text, start, end in self.script:
+            if start < off - 0.05 or start >= off + dur:
+                continue
+            if end > off + dur:  # cut by the window end: unstable
+                text = text[:2] + "~"
+                end = off + dur
+            if request.task == "translate":
+                text = text.upper()
+            words.append(Word(start - off, end - off, " " + text))
+        tokens = tuple(self._tok(w.text) for w in words)
+        seg = Segment(0.0, dur, "".join(w.text for w in words), tokens, tuple(words))
+        return WindowResult(
+            tokens=tokens,
+            text=seg.text,
+            segments=(seg,) if words else (),
+            language=request.language or "en",
+            avg_logprob=-1.5 if self.no_speech else -0.2,
+            no_speech_prob=0.9 if self.no_speech else 0.01,
+            stats=SpecStats(target_passes=max(1, len(tokens) // 2), tokens=len(tokens) + 1),
+        )
+
+    def align_words(self, encoded, result):
+        return result.segments
+
+    def encode_text(self, text: str) -> tuple[int, ...]:
+        return tuple(self._tok(" " + w) for w in text.split())
+
+    def decode_tokens(self, tokens):
+        inv = {v: k for k, v in self.vocab.items()}
+        return "".join(inv[t] for t in tokens)
+
+
+class ScriptedVad:
+    """Speech exactly in the given (start, end) second intervals; ends reported after min_silence."""
+
+    def __init__(self, intervals: list[tuple[float, float]], min_silence: float = 0.6):
+        self.intervals = [(int(a * SR), int(b * SR)) for a, b in intervals]
+        self.min_silence = int(min_silence * SR)
+        self.offset = 0
+        self.in_speech = False
+        self._i = 0
+
+    def process(self, samples):
+        self.offset += len(samples)
+        events = []
+        while self._i < len(self.intervals):
+            a, b = self.intervals[self._i]
+            if not self.in_speech and self.offset > a + 0.1 * SR:
+                self.in_speech = True
+                events.append(VadEvent("start", a))
+            if self.in_speech and self.offset >= b + self.min_silence:
+                self.in_speech = False
+                events.append(VadEvent("end", b))
+                self._i += 1
+                continue
+            break
+        return events
+
+    def speech_seconds(self, start, end):
+        return sum(max(0, min(b, end) - max(a, start)) for a, b in self.intervals) / SR
+
+    def flush(self):
+        if self.in_speech:
+            self.in_speech = False
+            return [VadEvent("end", self.offset)]
+        return []
+
+
+def make_script(n_words: int, start: float = 0.5, word: float = 0.35, gap: float = 0.1, sentence_every: int = 0):
+    script, t = [], start
+    for i in range(n_words):
+        text = f"w{i}"
+        if sentence_every and (i + 1) % sentence_every == 0:
+            text += "."
+        script.append((text, round(t, 3), round(t + word, 3)))
+        t += word + gap
+    return script
+
+
+def noise(seconds: float, seed: int = 0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(int(seconds * SR)) * 0.01).astype(np.float32)
+
+
+async def stream(session: StreamSession, audio: np.ndarray, chunk: float = 0.25, clock=None):
+    events, step = [], int(chunk * SR)
+    for i in range(0, audio.size, step):
+        if clock is not None:
+            clock[0] = (i + step) / SR
+        session.insert_audio(audio[i : i + step])
+        events += await session.process()
+    events += await session.finish()
+    return events
+
+
+def run_session(audio, script, options=StreamOptions(), intervals=None, chunk=0.25, fake=None):
+    async def main():
+        tr = fake or FakeTranscriber(audio, script)
+        scheduler = ModelScheduler(tr)
+        clock = [0.0]
+        vad = ScriptedVad(intervals) if intervals is not None else None
+        session = StreamSession(scheduler, options, "s", clock=lambda: clock[0], vad=vad)
+        try:
+            events = await stream(session, audio, chunk, clock)
+        finally:
+            await scheduler.close()
+        return events, tr
+
+    return asyncio.run(main())
+
+
+def finals_text(events) -> list[str]:
+    return [w.text.strip() for e in events if e.type == "final" for w in e.words]
+
+
+def test_all_words_committed_once_in_order():
+    script = make_script(30)
+    audio = noise(15)
+    events, tr = run_session(audio, script, StreamOptions(vad=False))
+    assert finals_text(events) == [w for w, _, _ in script]
+    ids = [e.id for e in events if e.type == "final"]
+    assert ids == list(range(len(ids)))
+    # finals are append-only in time, and a partial never reaches back into committed audio
+    last_end = 0.0
+    for e in events:
+        if e.type == "final":
+            assert e.start >= last_end - 0.1
+            last_end = e.end
+        if e.type == "partial" and e.words:
+            assert e.words[0].start >= last_end - 0.1
+            assert "~" not in "".join(finals_text([e]))
+    assert not any("~" in t for t in finals_text(events))
+
+
+def test_finals_come_soon_after_the_words_and_latency_stays_flat():
+    script = make_script(120)  # 54 s of speech without a sentence end
+    audio = noise(56)
+    events, tr = run_session(audio, script, StreamOptions(vad=False, update_interval=0.5))
+    emitted = {w.text.strip(): e.emitted_at for e in events if e.type == "final" for w in e.words}
+    lat = [emitted[w] - end for w, _, end in script[:-3]]
+    assert max(lat) < 1.6, max(lat)  # two 0.5 s updates plus the chunk, never growing
+    assert np.mean(lat[-30:]) <= np.mean(lat[:30]) + 0.2
+    # the decoded span stays bounded by max_buffer even with no sentence ends
+    assert max(d for _, d in tr.windows) <= StreamOptions().max_buffer + 1.0
+
+
+def test_buffer_trimmed_at_sentence_ends():
+    script = make_script(40, sentence_every=5)
+    audio = noise(20)
+    events, tr = run_session(audio, script, StreamOptions(vad=False))
+    assert finals_text(events) == [w for w, _, _ in script]
+    assert max(d for _, d in tr.windows) < 6.0  # a sentence is ~2.3 s; the buffer starts at the last one
+
+
+def test_prompt_and_previous_hypothesis_are_passed():
+    script = make_script(20)
+    audio = noise(10)
+    events, tr = run_session(audio, script, StreamOptions(vad=False, trim_after=3.0))
+    assert any(r.prompt_tokens for r in tr.requests)
+    assert sum(1 for r in tr.requests if r.hypothesis_tokens) >= len(tr.requests) // 3
+    assert all(r.task == "transcribe" and not r.timestamps for r in tr.requests)
+    events, tr = run_session(audio, script, StreamOptions(vad=False, draft=False))
+    assert not any(r.hypothesis_tokens for r in tr.requests)
+
+
+def test_speech_end_commits_the_utterance_and_silence_is_not_decoded():
+    script = make_script(6, start=1.0) + make_script(6, start=8.0)
+    script = [(f"{'b' if i >= 6 else 'a'}{i}", s, e) for i, (_, s, e) in enumerate(script)]
+    audio = noise(14)
+    intervals = [(1.0, 3.6), (8.0, 10.6)]
+    events, tr = run_session(audio, script, StreamOptions(), intervals=intervals)
+    types = [e.type for e in events]
+    assert types.count("speech_start") == 2 and types.count("speech_end") == 2
+    first_end = types.index("speech_end")
+    assert finals_text(events[:first_end]) == [w for w, _, _ in script[:6]]
+    assert finals_text(events) == [w for w, _, _ in script]
+    # no decode while nobody speaks: every window ends inside an utterance (+ pad + min_silence)
+    for off, dur in tr.windows:
+        end = off + dur
+        assert any(a < end <= b + 1.0 for a, b in intervals), (off, dur)
+
+
+def test_rejected_decodes_give_no_text():
+    script = make_script(10)
+    audio = noise(6)
+    fake = FakeTranscriber(audio, script, no_speech=True)
+    events, tr = run_session(audio, script, StreamOptions(vad=False), fake=fake)
+    assert tr.decode_calls > 0
+    assert not [e for e in events if e.type in ("final", "partial") and e.text]
+    stats = [e for e in events if e.type == "stats"][0].stats
+    assert stats["rejected"] == tr.decode_calls
+
+
+def test_translation_follows_its_final():
+    script = make_script(12, sentence_every=4)
+    audio = noise(7)
+    events, tr = run_session(audio, script, StreamOptions(vad=False, translate=True))
+    finals = {e.id: e for e in events if e.type == "final"}
+    translations = [e for e in events if e.type == "translation"]
+    assert len(translations) == 3
+    seen_final_ids = set()
+    covered = []
+    for e in events:
+        if e.type == "final":
+            seen_final_ids.add(e.id)
+        if e.type == "translation":
+            assert e.id in seen_final_ids  # emitted after the final it is keyed to
+            assert finals[e.id].end == e.end
+            covered += e.text.split()
+    assert covered == [w.upper() for w, _, _ in script]
+    assert sum(1 for r in tr.requests if r.task == "translate") == 3
+
+
+def test_stats_event_and_pending_seconds():
+    script = make_script(8)
+    audio = noise(5)
+
+    async def main():
+        tr = FakeTranscriber(audio, script)
+        scheduler = ModelScheduler(tr)
+        session = StreamSession(scheduler, StreamOptions(vad=False), "s")
+        session.insert_audio(audio[: SR // 4])
+        session.insert_audio(audio[SR // 4 : SR])
+        assert session.pending_seconds == pytest.approx(1.0)
+        await session.process()
+        assert session.pending_seconds == 0.0
+        session.insert_audio(audio[SR:])
+        events = await session.finish()
+        await scheduler.close()
+        return events, tr
+
+    events, tr = asyncio.run(main())
+    stats = events[-1]
+    assert stats.type == "stats"
+    assert stats.stats["audio_s"] == pytest.approx(5.0)
+    assert stats.stats["updates"] == tr.decode_calls
+    assert stats.stats["tokens_per_target_pass"] > 1.0
+    assert "rtf" in stats.stats
+
+
+def test_two_sessions_share_a_scheduler_without_mixing():
+    a_script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(10))]
+    b_script = [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(10, start=0.3))]
+    a_audio, b_audio = noise(6, seed=1), noise(6, seed=2)
+
+    class Router(FakeTranscriber):
+        """One model serving two streams: route each window to the stream it came from."""
+
+        def __init__(self):
+            self.fakes = [FakeTranscriber(a_audio, a_script), FakeTranscriber(b_audio, b_script)]
+            self.vocab = {}
+
+        def _pick(self, audio):
+            return self.fakes[0] if np.any(a_audio == audio[0]) else self.fakes[1]
+
+        def encode(self, audio):
+            fake = self._pick(audio)
+            enc = fake.encode(audio)
+            return EncodedAudio(enc.duration, (fake, enc))
+
+        def decode(self, encoded, request):
+            fake, enc = encoded.handle
+            return fake.decode(enc, request)
+
+        def align_words(self, encoded, result):
+            return result.segments
+
+    async def main():
+        scheduler = ModelScheduler(Router())
+        sa = StreamSession(scheduler, StreamOptions(vad=False), "a")
+        sb = StreamSession(scheduler, StreamOptions(vad=False), "b")
+        ea, eb = await asyncio.gather(stream(sa, a_audio), stream(sb, b_audio))
+        await scheduler.close()
+        return ea, eb
+
+    ea, eb = asyncio.run(main())
+    assert finals_text(ea) == [w for w, _, _ in a_script]
+    assert finals_text(eb) == [w for w, _, _ in b_script]
+
+
+def test_bad_input_is_rejected_clearly():
+    async def main():
+        scheduler = ModelScheduler(FakeTranscriber(noise(1), []))
+        session = StreamSession(scheduler, StreamOptions(vad=False), "s")
+        with pytest.raises(ValueError, match="1-D"):
+            session.insert_audio(np.zeros((10, 2), np.float32))
+        await session.finish()
+        with pytest.raises(RuntimeError):
+            session.insert_audio(np.zeros(10, np.float32))
+        await scheduler.close()
+
+    asyncio.run(main())

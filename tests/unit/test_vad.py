@@ -1,0 +1,109 @@
+"""Silero VAD: streaming state, hysteresis, and gating of silence and noise (no events, no decodes)."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.session import StreamSession
+from specscribe.pipeline.types import StreamOptions
+from specscribe.pipeline.vad import FRAME, SileroVad, VadOptions, shared_silero
+
+SR = 16000
+
+
+class ScriptedModel:
+    """Returns scripted probabilities frame by frame; checks the frame layout."""
+
+    def __init__(self, probs):
+        self.probs = list(probs)
+
+    def __call__(self, frames, h, c):
+        assert frames.shape[1] == FRAME + 64
+        n = frames.shape[0]
+        out, self.probs = np.array(self.probs[:n], np.float32), self.probs[n:]
+        return out, h, c
+
+
+def test_hysteresis_start_and_end():
+    # 0.1 s min_speech = 3 frames; 0.2 s min_silence = 6 frames; 0.4 between thresholds keeps speech
+    probs = [0.1] * 5 + [0.9] * 2 + [0.1] + [0.9] * 10 + [0.4] * 3 + [0.9] * 2 + [0.1] * 5 + [0.4] * 3 + [0.1] * 4
+    vad = SileroVad(VadOptions(threshold=0.5, min_speech=0.1, min_silence=0.2), model=ScriptedModel(probs))
+    events = []
+    audio = np.zeros(len(probs) * FRAME, np.float32)
+    for i in range(0, audio.size, 700):  # chunks that do not line up with frames
+        events += vad.process(audio[i : i + 700])
+    assert [e.kind for e in events] == ["start", "end"]
+    assert events[0].offset == 8 * FRAME  # the run of 0.9s after the lone 0.1
+    assert events[1].offset == 23 * FRAME  # first frame below 0.35; the 0.4s after it count as silence
+
+
+def test_streaming_equals_one_shot():
+    rng = np.random.default_rng(0)
+    t = np.arange(4 * SR) / SR
+    audio = (0.3 * np.sin(2 * np.pi * 220 * t) * (t > 1.5) + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
+    model = shared_silero()
+    one = SileroVad(model=model)
+    one.process(audio)
+    many = SileroVad(model=model)
+    i = 0
+    while i < audio.size:
+        n = int(rng.integers(1, 3000))
+        many.process(audio[i : i + n])
+        i += n
+    np.testing.assert_array_equal(one._h, many._h)
+    assert one.last_prob == pytest.approx(many.last_prob, abs=1e-6)
+
+
+class CountingTranscriber:
+    name, model_name, is_multilingual = "count", "count", True
+
+    def __init__(self):
+        self.calls = 0
+
+    def __getattr__(self, item):  # any model call counts
+        def call(*args, **kwargs):
+            self.calls += 1
+            raise AssertionError(f"model called: {item}")
+
+        return call
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["silence", "white_noise", "pink_noise", "hum"],
+)
+def test_silence_and_noise_give_no_events_and_no_decodes(kind):
+    rng = np.random.default_rng(1)
+    n = 30 * SR
+    if kind == "silence":
+        audio = np.zeros(n, np.float32)
+    elif kind == "white_noise":
+        audio = 0.1 * rng.standard_normal(n)
+    elif kind == "pink_noise":
+        spec = np.fft.rfft(rng.standard_normal(n))
+        spec /= np.sqrt(np.arange(1, spec.size + 1))
+        audio = np.fft.irfft(spec, n)
+        audio = 0.1 * audio / np.std(audio)
+    else:
+        t = np.arange(n) / SR
+        audio = 0.2 * np.sin(2 * np.pi * 50 * t) + 0.05 * np.sin(2 * np.pi * 150 * t)
+    audio = audio.astype(np.float32)
+
+    async def main():
+        tr = CountingTranscriber()
+        scheduler = ModelScheduler(tr)
+        session = StreamSession(scheduler, StreamOptions(), "s")
+        events = []
+        for i in range(0, n, 8000):
+            session.insert_audio(audio[i : i + 8000])
+            events += await session.process()
+        events += await session.finish()
+        await scheduler.close()
+        return events, tr
+
+    events, tr = asyncio.run(main())
+    assert tr.calls == 0
+    assert [e.type for e in events] == ["stats"]
+    assert events[0].stats["updates"] == 0

@@ -1,0 +1,181 @@
+"""Writers: SRT/VTT/TSV/JSON format details, line wrapping, cue splitting, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from specscribe.models.types import Segment, SpecStats, Word
+from specscribe.pipeline import writers
+from specscribe.pipeline.longform import Timing, Transcript
+from specscribe.pipeline.writers import (
+    WriterOptions,
+    format_timestamp,
+    make_cues,
+    parse_formats,
+    to_json,
+    to_srt,
+    to_tsv,
+    to_txt,
+    to_vtt,
+    write_atomic,
+    write_outputs,
+)
+
+
+def _words(text: str, start: float, step: float) -> tuple[Word, ...]:
+    return tuple(Word(start + i * step, start + (i + 1) * step, " " + w, 0.9) for i, w in enumerate(text.split()))
+
+
+def _transcript(segments, translation=None) -> Transcript:
+    return Transcript(
+        path="x.wav", language="en", language_probability=0.99, duration=75.0, segments=tuple(segments),
+        translation=translation, stats=SpecStats(target_passes=10, tokens=20, drafted=12, accepted=9),
+        timing=Timing(total=1.5),
+    )
+
+
+SEGS = [
+    Segment(0.0, 2.5, " Hello world."),
+    Segment(3.0, 3661.123, " Second line, later."),
+]
+
+
+def test_format_timestamp_srt_and_vtt():
+    assert format_timestamp(0.0, ",") == "00:00:00,000"
+    assert format_timestamp(3661.1234, ",") == "01:01:01,123"
+    assert format_timestamp(59.9996) == "00:01:00.000"  # rounding carries into minutes
+    assert format_timestamp(-0.2) == "00:00:00.000"
+
+
+def test_srt_blocks_numbered_with_comma_milliseconds():
+    text = to_srt(SEGS)
+    blocks = text.strip().split("\n\n")
+    assert len(blocks) == 2
+    first = blocks[0].splitlines()
+    assert first[0] == "1"
+    assert first[1] == "00:00:00,000 --> 00:00:02,500"
+    assert first[2] == "Hello world."
+    assert blocks[1].splitlines()[1] == "00:00:03,000 --> 01:01:01,123"
+
+
+def test_vtt_header_and_dot_milliseconds():
+    text = to_vtt(SEGS)
+    assert text.startswith("WEBVTT\n\n")
+    assert "00:00:03.000 --> 01:01:01.123\nSecond line, later.\n" in text
+    assert "," not in text.splitlines()[2]  # times use a dot
+
+
+def test_wrapping_respects_width_and_count():
+    long = " " + " ".join(["word"] * 40)  # 199 characters
+    cues = make_cues([Segment(0.0, 10.0, long)], width=20, count=2)
+    assert len(cues) > 1
+    for cue in cues:
+        assert 1 <= len(cue.lines) <= 2
+        assert all(len(line) <= 20 for line in cue.lines)
+    assert " ".join(" ".join(c.lines) for c in cues) == long.strip()
+    # times split in proportion, contiguous, inside the segment
+    assert cues[0].start == 0.0 and abs(cues[-1].end - 10.0) < 1e-6
+    assert all(a.end <= b.start + 1e-9 for a, b in zip(cues, cues[1:]))
+
+
+def test_long_segment_split_at_word_boundaries_with_word_times():
+    text = "one two three four five six seven eight nine ten eleven twelve"
+    seg = Segment(10.0, 22.0, " " + text, words=_words(text, 10.0, 1.0))
+    cues = make_cues([seg], width=12, count=1)
+    assert [" ".join(c.lines) for c in cues][0] == "one two"
+    assert " ".join(" ".join(c.lines) for c in cues) == text
+    # each cue is timed by its own words
+    assert cues[0].start == 10.0 and cues[0].end == 12.0
+    assert cues[1].start == 12.0
+    assert cues[-1].end == 22.0
+
+
+def test_no_line_limit_keeps_one_cue_per_segment():
+    seg = Segment(0.0, 5.0, " " + " ".join(["abc"] * 30))
+    cues = make_cues([seg], width=10, count=0)
+    assert len(cues) == 1 and len(cues[0].lines) > 2
+
+
+def test_overlapping_segments_never_overlap_as_cues():
+    cues = make_cues([Segment(0.0, 2.0, " a"), Segment(1.5, 1.5, " b")], 42, 2)
+    assert cues[1].start >= cues[0].end and cues[1].end > cues[1].start
+
+
+def test_tsv_milliseconds_and_header():
+    rows = to_tsv([Segment(1.2345, 2.5, " tab\there")]).splitlines()
+    assert rows[0] == "start\tend\ttext"
+    assert rows[1] == "1234\t2500\ttab here" or rows[1] == "1235\t2500\ttab here"
+
+
+def test_txt_one_line_per_segment_and_empty_for_no_speech():
+    assert to_txt(SEGS) == "Hello world.\nSecond line, later.\n"
+    assert to_txt([]) == ""
+    assert to_srt([]) == ""
+    assert to_vtt([]).strip() == "WEBVTT"
+
+
+def test_json_fields_words_translation_stats():
+    seg = Segment(0.0, 2.0, " Hi there.", words=_words("Hi there.", 0.0, 1.0))
+    tr = _transcript([seg], translation=(Segment(0.0, 2.0, " Hallo."),))
+    doc = json.loads(to_json(tr, WriterOptions(word_timestamps=True)))
+    assert doc["text"] == "Hi there."
+    assert doc["language"] == "en" and doc["duration"] == 75.0
+    assert doc["segments"][0]["words"][1] == {"start": 1.0, "end": 2.0, "text": "there.", "probability": 0.9}
+    assert doc["translation"]["text"] == "Hallo."
+    assert doc["stats"]["accepted"] == 9 and doc["stats"]["acceptance_rate"] == 0.75
+    doc2 = json.loads(to_json(tr))
+    assert "words" not in doc2["segments"][0]
+
+
+def test_parse_formats():
+    assert parse_formats("srt, vtt,srt") == ("srt", "vtt")
+    assert parse_formats("all") == writers.FORMATS
+    with pytest.raises(ValueError, match="unknown output format 'doc'"):
+        parse_formats("txt,doc")
+
+
+def test_write_outputs_all_formats_and_translation(tmp_path: Path):
+    tr = _transcript(SEGS, translation=(Segment(0.0, 1.0, " Hallo."),))
+    paths = write_outputs(tr, tmp_path / "sub" / "clip", writers.FORMATS, WriterOptions())
+    names = sorted(p.name for p in paths)
+    assert "clip.json" in names and "clip.translation.srt" in names and "clip.translation.json" not in names
+    assert all(p.is_file() for p in paths)
+    assert not [p for p in (tmp_path / "sub").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_atomic_write_leaves_old_file_on_crash(tmp_path: Path, monkeypatch):
+    target = tmp_path / "out.srt"
+    target.write_text("old complete file\n")
+
+    class Crash(Exception):
+        pass
+
+    real_fsync = os.fsync
+
+    def crash(fd):  # the data is half written when the crash comes
+        raise Crash()
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(Crash):
+        write_atomic(target, "new content " * 1000)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert target.read_text() == "old complete file\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.srt"]  # no temp file left behind
+
+
+def test_render_error_writes_nothing(tmp_path: Path):
+    tr = _transcript(SEGS)
+    with pytest.raises(ValueError):
+        write_outputs(tr, tmp_path / "clip", ("txt", "nope"), WriterOptions())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_srt_timestamps_match_pattern():
+    pattern = re.compile(r"^\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}$")
+    lines = [l for l in to_srt(SEGS).splitlines() if "-->" in l]
+    assert lines and all(pattern.match(l) for l in lines)

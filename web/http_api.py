@@ -1,0 +1,213 @@
+"""OpenAI-compatible batch endpoints: POST /v1/audio/transcriptions and /v1/audio/translations.
+
+Multipart form as in OpenAI's API: `file` (any audio or video PyAV reads), `model` (accepted and
+ignored: the server transcribes with the model it loaded), `language`, `prompt`, `temperature`,
+`response_format` (json | text | srt | vtt | verbose_json) and `timestamp_granularities[]`
+(segment, word). Errors use OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+
+The file goes through pipeline/longform.py in a worker thread. Its model calls are routed one by one
+through the shared ModelScheduler (`_ScheduledTranscriber`), so a long upload takes turns with the
+live streams instead of blocking them for its whole duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Sequence
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from specscribe.models.engines import Transcriber
+from specscribe.pipeline.audio import AudioError, load_audio
+from specscribe.web.security import key_ok, origin_ok
+
+FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def response(self) -> JSONResponse:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        body = {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status)
+
+
+class _ScheduledTranscriber:
+    """A Transcriber for a worker thread: each model call is one job on the shared scheduler."""
+
+    def __init__(self, inner: Transcriber, scheduler: Any, loop: asyncio.AbstractEventLoop, job_id: str) -> None:
+        self.name, self.model_name, self.is_multilingual = inner.name, inner.model_name, inner.is_multilingual
+        self._scheduler, self._loop, self._job_id = scheduler, loop, job_id
+
+    def _call(self, method: str, *args: Any) -> Any:
+        coro = self._scheduler.run(self._job_id, lambda t: getattr(t, method)(*args))
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def encode(self, audio):
+        return self._call("encode", audio)
+
+    def detect_language(self, encoded):
+        return self._call("detect_language", encoded)
+
+    def decode(self, encoded, request):
+        return self._call("decode", encoded, request)
+
+    def align_words(self, encoded, result):
+        return self._call("align_words", encoded, result)
+
+    def encode_text(self, text):
+        return self._call("encode_text", text)
+
+    def decode_tokens(self, tokens: Sequence[int]):
+        return self._call("decode_tokens", tokens)
+
+
+class RestApi:
+    """The REST routes of one server. `scheduler` is set by the app's lifespan."""
+
+    def __init__(self, transcriber: Transcriber, options: Any) -> None:
+        self.transcriber = transcriber
+        self.options = options
+        self.scheduler: Any = None
+        self._slots = asyncio.Semaphore(options.max_rest_jobs)
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/audio/transcriptions", self.transcriptions, methods=["POST"]),
+            Route("/v1/audio/translations", self.translations, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+        ]
+
+    async def models(self, request: Request) -> Response:
+        try:
+            self._check_access(request)
+        except ApiError as exc:
+            return exc.response()
+        name = str(self.transcriber.model_name)
+        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "specscribe"}]})
+
+    async def transcriptions(self, request: Request) -> Response:
+        return await self._handle(request, "transcribe")
+
+    async def translations(self, request: Request) -> Response:
+        return await self._handle(request, "translate")
+
+    async def _handle(self, request: Request, task: str) -> Response:
+        try:
+            self._check_access(request)
+            fields, data = await self._read_form(request)
+            fmt = fields.get("response_format") or "json"
+            if fmt not in FORMATS:
+                raise ApiError(400, f"response_format must be one of {', '.join(FORMATS)}", "response_format")
+            language = (fields.get("language") or "").strip().lower() or None
+            if task == "translate":
+                language = None
+            words = "word" in fields.get("granularities", ())
+            try:
+                audio = await asyncio.to_thread(load_audio, data)
+            except AudioError as exc:
+                raise ApiError(400, f"could not read the uploaded file: {exc}", "file", "invalid_audio") from None
+            transcript = await self._transcribe(audio, task, language, fields.get("prompt"), words)
+        except ApiError as exc:
+            return exc.response()
+        return render(transcript, fmt, task, words)
+
+    def _check_access(self, request: Request) -> None:
+        security = self.options.security
+        if not origin_ok(security, request.headers.get("origin"), request.headers.get("host")):
+            raise ApiError(403, "origin not allowed")
+        if not key_ok(security, request.headers, request.query_params):
+            raise ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key")
+
+    async def _read_form(self, request: Request) -> tuple[dict[str, Any], bytes]:
+        limit = self.options.max_upload_bytes
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > limit + 65536:
+            raise ApiError(413, f"upload is over the limit of {limit} bytes", "file")
+        try:
+            form = await request.form(max_files=1, max_fields=32)
+        except Exception as exc:  # malformed multipart: one line, no traceback
+            raise ApiError(400, f"could not parse the multipart form ({type(exc).__name__})") from None
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise ApiError(400, "missing the `file` part (multipart/form-data)", "file")
+        data = await upload.read(limit + 1)
+        await form.close()
+        if len(data) > limit:
+            raise ApiError(413, f"upload is over the limit of {limit} bytes", "file")
+        fields: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
+        fields["granularities"] = tuple(form.getlist("timestamp_granularities[]")) + tuple(form.getlist("timestamp_granularities"))
+        return fields, data
+
+    async def _transcribe(self, audio, task: str, language: str | None, prompt: str | None, words: bool):
+        from specscribe.pipeline.longform import LongformOptions, transcribe_audio
+
+        if self.scheduler is None:
+            raise ApiError(503, "server is starting")
+        if language is not None and not self.transcriber.is_multilingual and language != "en":
+            raise ApiError(400, f"the loaded model is English-only; language {language!r} is not available", "language")
+        options = LongformOptions(language=language, task=task, word_timestamps=words, initial_prompt=prompt or None)
+        proxy = _ScheduledTranscriber(self.transcriber, self.scheduler, asyncio.get_running_loop(), "rest-" + uuid.uuid4().hex[:8])
+        async with self._slots:
+            try:
+                return await asyncio.to_thread(transcribe_audio, proxy, audio, options, path="upload")
+            except (ValueError, KeyError) as exc:
+                raise ApiError(400, f"cannot transcribe: {exc}") from None
+
+
+def render(transcript: Any, fmt: str, task: str, words: bool) -> Response:
+    """A longform Transcript in one of OpenAI's response formats."""
+    text = transcript.text
+    if fmt == "text":
+        return PlainTextResponse(text + "\n")
+    if fmt == "json":
+        return JSONResponse({"text": text})
+    if fmt in ("srt", "vtt"):
+        return PlainTextResponse(subtitles(transcript.segments, fmt), media_type="text/vtt" if fmt == "vtt" else "application/x-subrip")
+    segments = [
+        {
+            "id": i, "seek": 0, "start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens),
+            "temperature": 0.0, "avg_logprob": 0.0, "compression_ratio": 0.0, "no_speech_prob": 0.0,
+        }
+        for i, s in enumerate(transcript.segments)
+    ]
+    body: dict[str, Any] = {
+        "task": task, "language": transcript.language or "", "duration": round(transcript.duration, 3),
+        "text": text, "segments": segments,
+    }
+    if words:
+        body["words"] = [{"word": w.text.strip(), "start": w.start, "end": w.end} for s in transcript.segments for w in s.words]
+    return JSONResponse(body)
+
+
+def subtitles(segments: Sequence[Any], fmt: str) -> str:
+    """SRT or WebVTT text of segments."""
+    try:
+        from specscribe.pipeline import writers  # the batch writers, when present
+    except ImportError:
+        writers = None
+    fn = getattr(writers, f"format_{fmt}", None) if writers else None
+    if fn is not None:
+        return fn(segments)
+    sep = "," if fmt == "srt" else "."
+    lines = ["WEBVTT", ""] if fmt == "vtt" else []
+    for i, seg in enumerate(s for s in segments if s.text.strip()):
+        if fmt == "srt":
+            lines.append(str(i + 1))
+        lines.append(f"{_ts(seg.start, sep)} --> {_ts(seg.end, sep)}")
+        lines.extend([seg.text.strip(), ""])
+    return "\n".join(lines)
+
+
+def _ts(seconds: float, sep: str) -> str:
+    ms = int(round(max(seconds, 0.0) * 1000))
+    h, ms = divmod(ms, 3_600_000)
+    m, ms = divmod(ms, 60_000)
+    s, ms = divmod(ms, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"

@@ -1,0 +1,371 @@
+"""One /v1/listen connection: config handshake, then three tasks that share nothing with other connections.
+
+    reader ──(16 kHz float32 chunks, controls; bounded inbox)──► processor ──(messages; bounded outbox)──► writer
+    (receive, validate, resample,                                 (session.insert_audio / process /       (send JSON to
+     idle + session limits)                                        finish, one model job at a time)         the client)
+
+The reader never waits on the model: it only validates and resamples. The processor awaits the inbox
+(no polling) and does the model work through the shared ModelScheduler. The outbox is bounded: a client
+that does not read its events fills it and is dropped (close 4010) without slowing anyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from specscribe.pipeline.resample import Resampler
+from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.types import CaptionEvent, StreamOptions
+from specscribe.web import protocol as P
+
+log = logging.getLogger(__name__)
+
+
+class CaptionSession(Protocol):
+    """What a connection needs from pipeline.session.StreamSession."""
+
+    def insert_audio(self, samples: np.ndarray) -> None: ...
+    async def process(self) -> list[CaptionEvent]: ...
+    async def finish(self) -> list[CaptionEvent]: ...
+
+
+SessionFactory = Callable[[ModelScheduler, StreamOptions, str], CaptionSession]
+
+
+class ClientSlots:
+    """Counts live sessions against max_clients (the only connection-related state a server holds)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+    def try_acquire(self) -> bool:
+        if self.active >= self.limit:
+            return False
+        self.active += 1
+        return True
+
+    def release(self) -> None:
+        self.active -= 1
+
+
+@dataclass(frozen=True)
+class ListenContext:
+    """What every connection of one server shares (read-only, apart from the scheduler and slots).
+
+    Attributes:
+        scheduler: the one owner of the models.
+        make_session: builds a connection's own session.
+        limits: protocol limits.
+        stream_defaults: StreamOptions the client's config is applied on.
+        model: model name announced in `ready`.
+        engine: engine name announced in `ready`.
+        slots: live-session counter.
+    """
+
+    scheduler: ModelScheduler
+    make_session: SessionFactory
+    limits: P.Limits
+    stream_defaults: StreamOptions
+    model: str
+    engine: str
+    slots: ClientSlots
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """Inbox item: flush, optionally send an error, then close with code."""
+
+    code: int
+    error: dict[str, Any] | None = None
+    reason: str = "close"
+
+
+_FINALIZE = "finalize"
+
+
+class Connection:
+    """The state of one WebSocket connection; created per connection, never shared.
+
+    ws: a starlette WebSocket (accept, receive, send_text, close) already accepted by the caller.
+    """
+
+    def __init__(self, ws: Any, ctx: ListenContext, abort: Callable[[], None] = lambda: None) -> None:
+        self.ws = ws
+        self.ctx = ctx
+        self.limits = ctx.limits
+        self._abort = abort
+        self.session_id = uuid.uuid4().hex[:16]
+        self._inbox: asyncio.Queue = asyncio.Queue(maxsize=64)
+        self._outbox: asyncio.Queue = asyncio.Queue(maxsize=self.limits.max_outgoing)
+        self._done = asyncio.Event()
+        self._slow = False
+        self._t0 = time.monotonic()
+        self.audio_seconds = 0.0  # client audio received, seconds
+        # offsets of the current session, which restarts after each finalize
+        self._time_offset = 0.0
+        self._id_offset = 0
+        self._emitted_offset = 0.0
+        self._next_id = 0
+        self._session_audio = 0.0  # 16 kHz seconds inserted into the current session
+        self._finals = 0
+
+    # ---- entry point ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve the connection to its end. Returns after the socket is closed or dropped."""
+        config = await self._handshake()
+        if config is None:
+            return
+        self.config = config
+        self._options = dataclasses.replace(
+            self.ctx.stream_defaults,
+            language=config.language,
+            task=config.task,
+            translate=config.translate,
+            interim_results=config.interim_results,
+        )
+        self._session: CaptionSession | None = self.ctx.make_session(self.ctx.scheduler, self._options, self.session_id)
+        self._resampler = Resampler(config.sample_rate, config.channels)
+        await self._send_now(P.ready_message(self.session_id, self.ctx.model, self.ctx.engine, config, self.limits))
+        tasks = [
+            asyncio.create_task(self._guard(self._read_loop()), name=f"read-{self.session_id}"),
+            asyncio.create_task(self._guard(self._process_loop()), name=f"process-{self.session_id}"),
+            asyncio.create_task(self._guard(self._write_loop()), name=f"write-{self.session_id}"),
+        ]
+        try:
+            await self._done.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.ctx.scheduler.forget(self.session_id)
+            self._session = None
+            if self._slow:
+                await self._drop_slow_client()
+
+    async def _handshake(self) -> P.ClientConfig | None:
+        """Wait for the config frame; on a bad one send a fatal error and close. Returns None then."""
+        try:
+            message = await _receive(self.ws, self.limits.idle_timeout)
+        except asyncio.TimeoutError:
+            await self._fail(P.ErrorCode.IDLE_TIMEOUT, "no config message within the idle timeout", P.CloseCode.IDLE_TIMEOUT)
+            return None
+        if message["type"] == "websocket.disconnect":
+            return None
+        if message.get("text") is None:
+            await self._fail(P.ErrorCode.PROTOCOL, "the first message must be a JSON config text frame, not audio", P.CloseCode.PROTOCOL_ERROR)
+            return None
+        try:
+            config = P.parse_text(message["text"], expect_config=True)
+        except P.ProtocolError as exc:
+            code = P.CloseCode.INVALID_CONFIG if exc.code == P.ErrorCode.INVALID_CONFIG else P.CloseCode.PROTOCOL_ERROR
+            await self._fail(exc.code, exc.message, code)
+            return None
+        assert isinstance(config, P.ClientConfig)
+        return config
+
+    # ---- reader ---------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        deadline = self._t0 + self.limits.max_session_seconds
+        while True:
+            timeout = min(self.limits.idle_timeout, deadline - time.monotonic())
+            try:
+                message = await _receive(self.ws, max(timeout, 0.0))
+            except asyncio.TimeoutError:
+                if time.monotonic() >= deadline:
+                    await self._stop_session_limit()
+                else:
+                    msg = P.error_message(P.ErrorCode.IDLE_TIMEOUT, f"no frame for {self.limits.idle_timeout:g} s", fatal=True)
+                    await self._inbox.put(_Stop(P.CloseCode.IDLE_TIMEOUT, msg, reason="idle_timeout"))
+                return
+            if message["type"] == "websocket.disconnect":
+                log.info("session %s: client disconnected (code %s)", self.session_id, message.get("code"))
+                self._done.set()
+                return
+            data, text = message.get("bytes"), message.get("text")
+            if data is not None:
+                if not await self._on_audio(data):
+                    return
+            elif text is not None:
+                if not await self._on_text(text):
+                    return
+
+    async def _on_audio(self, data: bytes) -> bool:
+        """Validate, resample and queue one audio frame. False when the session must stop."""
+        if len(data) > self.limits.max_frame_bytes:
+            msg = P.error_message(P.ErrorCode.FRAME_TOO_BIG, f"frame of {len(data)} bytes is over the limit of {self.limits.max_frame_bytes}", fatal=True)
+            await self._inbox.put(_Stop(P.CloseCode.MESSAGE_TOO_BIG, msg, reason="error"))
+            return False
+        try:
+            samples = P.decode_audio(data, self.config)
+        except P.ProtocolError as exc:
+            self._emit(P.error_message(exc.code, exc.message, fatal=False))
+            return True
+        self.audio_seconds += self.config.seconds(len(data))
+        chunk = self._resampler.process(samples)
+        if chunk.size:
+            await self._inbox.put(chunk)
+        if self.audio_seconds >= self.limits.max_session_seconds:
+            await self._stop_session_limit()
+            return False
+        return True
+
+    async def _on_text(self, text: str) -> bool:
+        try:
+            control = P.parse_text(text, expect_config=False)
+        except P.ProtocolError as exc:
+            self._emit(P.error_message(exc.code, exc.message, fatal=False))
+            return True
+        assert isinstance(control, P.Control)
+        if control.type == "finalize":
+            await self._inbox.put(_FINALIZE)
+        elif control.type == "close":
+            await self._inbox.put(_Stop(P.CloseCode.NORMAL, None, reason="close"))
+            return False
+        return True  # keepalive: receiving it reset the idle timer
+
+    async def _stop_session_limit(self) -> None:
+        msg = P.error_message(P.ErrorCode.SESSION_LIMIT, f"session reached the limit of {self.limits.max_session_seconds:g} s", fatal=True)
+        await self._inbox.put(_Stop(P.CloseCode.SESSION_LIMIT, msg, reason="session_limit"))
+
+    # ---- processor ------------------------------------------------------------------------
+
+    async def _process_loop(self) -> None:
+        while True:
+            items = [await self._inbox.get()]
+            while not self._inbox.empty():
+                items.append(self._inbox.get_nowait())
+            fresh = False
+            for item in items:
+                if isinstance(item, np.ndarray):
+                    self._insert(item)
+                    fresh = True
+                elif item is _FINALIZE:
+                    await self._flush("finalize", restart=True)
+                    fresh = False
+                elif isinstance(item, _Stop):
+                    if item.code == P.CloseCode.NORMAL:
+                        tail = self._resampler.flush()
+                        if tail.size:
+                            self._insert(tail)
+                    await self._flush(item.reason, restart=False)
+                    if item.error is not None:
+                        self._emit(item.error)
+                    self._emit(("close", item.code))
+                    return
+            if fresh:
+                for event in await self._session.process():
+                    self._emit(self._event_dict(event))
+
+    def _insert(self, chunk: np.ndarray) -> None:
+        self._session.insert_audio(chunk)
+        self._session_audio += chunk.size / 16_000
+
+    async def _flush(self, reason: str, *, restart: bool) -> None:
+        """finish() the session: its last finals, translations, then one stats message marked with reason."""
+        events = await self._session.finish()
+        stats: dict[str, Any] = {}
+        for event in events:
+            if event.type == "stats":
+                stats.update(event.stats or {})
+                continue
+            self._emit(self._event_dict(event))
+        stats.update({"audio_seconds": round(self.audio_seconds, 3), "finals": self._finals, "session_seconds": round(time.monotonic() - self._t0, 3)})
+        self._emit({"type": "stats", "emitted_at": round(time.monotonic() - self._t0, 3), "reason": reason, "stats": stats})
+        if restart:  # the next utterances continue the same timeline and final numbering
+            self._time_offset += self._session_audio
+            self._session_audio = 0.0
+            self._id_offset = self._next_id
+            self._emitted_offset = time.monotonic() - self._t0
+            self._session = self.ctx.make_session(self.ctx.scheduler, self._options, self.session_id)
+
+    def _event_dict(self, event: CaptionEvent) -> dict[str, Any]:
+        d = event.to_dict()
+        d["emitted_at"] = round(d["emitted_at"] + self._emitted_offset, 3)
+        for key in ("start", "end"):
+            if key in d:
+                d[key] = round(d[key] + self._time_offset, 3)
+        for word in d.get("words", ()):
+            word["start"] = round(word["start"] + self._time_offset, 3)
+            word["end"] = round(word["end"] + self._time_offset, 3)
+        if "id" in d and d["type"] in ("final", "translation"):
+            d["id"] += self._id_offset
+            if d["type"] == "final":
+                self._next_id = max(self._next_id, d["id"] + 1)
+                self._finals += 1
+        return d
+
+    # ---- writer ---------------------------------------------------------------------------
+
+    def _emit(self, message: Any) -> None:
+        """Queue a message for the client; a full outbox means the client does not read: drop it."""
+        try:
+            self._outbox.put_nowait(message)
+        except asyncio.QueueFull:
+            if not self._slow:
+                log.warning("session %s: client does not read its events (%d queued); dropping it", self.session_id, self._outbox.qsize())
+            self._slow = True
+            self._done.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            message = await self._outbox.get()
+            if isinstance(message, tuple):
+                await self.ws.close(code=message[1])
+                self._done.set()
+                return
+            try:
+                await self.ws.send_text(P.dumps(message))
+            except Exception:  # the client went away while we wrote
+                self._done.set()
+                return
+
+    async def _send_now(self, message: dict[str, Any]) -> None:
+        await self.ws.send_text(P.dumps(message))
+
+    async def _fail(self, code: str, message: str, close_code: int) -> None:
+        """Fatal error before the tasks run: one error message, then close."""
+        try:
+            await asyncio.wait_for(self._send_now(P.error_message(code, message, fatal=True)), 5.0)
+            await asyncio.wait_for(self.ws.close(code=close_code), 5.0)
+        except Exception:
+            self._abort()
+
+    async def _drop_slow_client(self) -> None:
+        try:
+            await asyncio.wait_for(self.ws.close(code=P.CloseCode.SLOW_CLIENT), 1.0)
+        except Exception:
+            pass
+        self._abort()  # its write buffer would never drain: cut the TCP connection
+
+    async def _guard(self, coro) -> None:
+        """Run one of the three tasks; an unexpected fault is logged here and the client gets a bare error."""
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("session %s: internal error", self.session_id)
+            self._emit(P.error_message(P.ErrorCode.INTERNAL, "internal server error; the session ends", fatal=True))
+            self._emit(("close", P.CloseCode.INTERNAL_ERROR))
+            if asyncio.current_task().get_name().startswith("write-"):
+                self._done.set()
+
+
+async def _receive(ws: Any, timeout: float) -> dict[str, Any]:
+    """ws.receive() with a timeout. asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a
+    cancellation that races with a message, which would leave a cancelled reader running."""
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(timeout):
+            return await ws.receive()
+    return await asyncio.wait_for(ws.receive(), timeout)  # Python 3.10

@@ -1,0 +1,232 @@
+"""The specscribe server: an ASGI app (Starlette) run by uvicorn with the `websockets` library.
+
+    /v1/listen                  WebSocket streaming API (web/listen.py, docs/protocol.md)
+    /v1/audio/transcriptions    OpenAI-compatible batch endpoint (web/http_api.py); also /translations
+    /healthz                    liveness and load
+    /                           the live-caption page and its static files (web/static/)
+
+Why ASGI rather than the plain `websockets` server: the OpenAI endpoint needs POST bodies, which
+`websockets` cannot read. uvicorn's "websockets-sansio" protocol runs the same `websockets` library
+(its non-deprecated Sans-I/O core) with write back-pressure.
+
+One `ModelScheduler` owns the transcriber and is created inside the server's event loop; every
+connection builds its own session through it. Nothing per connection is stored on the app.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket
+
+from specscribe.models.engines import Transcriber
+from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.types import StreamOptions
+from specscribe.web import protocol as P
+from specscribe.web.listen import ClientSlots, Connection, ListenContext, SessionFactory
+from specscribe.web.security import SecurityOptions, key_ok, origin_ok
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+RAW_SEND = "specscribe.raw_send"  # scope key: the server's own send(), to reach its transport
+SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; style-src 'self'; "
+        b"script-src 'self'; worker-src 'self' blob:; frame-ancestors 'none'",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Everything a server is configured with.
+
+    Attributes:
+        limits: WebSocket protocol limits (clients, frame size, session length, idle timeout).
+        security: API key and allowed origins.
+        stream_defaults: StreamOptions that each client's config is applied on.
+        max_upload_bytes: largest file accepted by the REST endpoint.
+        max_rest_jobs: REST transcriptions run at once (more wait their turn).
+    """
+
+    limits: P.Limits = field(default_factory=P.Limits)
+    security: SecurityOptions = field(default_factory=SecurityOptions)
+    stream_defaults: StreamOptions = field(default_factory=StreamOptions)
+    max_upload_bytes: int = 200 * 1024 * 1024
+    max_rest_jobs: int = 2
+
+
+def default_session_factory() -> SessionFactory:
+    from specscribe.pipeline.session import StreamSession
+
+    def make(scheduler: ModelScheduler, options: StreamOptions, session_id: str):
+        return StreamSession(scheduler, options, session_id)
+
+    return make
+
+
+def create_app(
+    transcriber: Transcriber,
+    options: ServerOptions = ServerOptions(),
+    make_session: SessionFactory | None = None,
+) -> Any:
+    """The ASGI app. `make_session` defaults to pipeline.session.StreamSession (tests pass fakes)."""
+    from specscribe.web.http_api import RestApi
+
+    make_session = make_session or default_session_factory()
+    slots = ClientSlots(options.limits.max_clients)
+    holder: dict[str, ListenContext] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        scheduler = ModelScheduler(transcriber)
+        holder["ctx"] = ListenContext(
+            scheduler=scheduler,
+            make_session=make_session,
+            limits=options.limits,
+            stream_defaults=options.stream_defaults,
+            model=str(getattr(transcriber, "model_name", "?")),
+            engine=str(getattr(transcriber, "name", "?")),
+            slots=slots,
+        )
+        rest.scheduler = scheduler
+        try:
+            yield
+        finally:
+            await scheduler.close()
+
+    async def listen(ws: WebSocket) -> None:
+        headers, query = ws.headers, ws.query_params
+        if not origin_ok(options.security, headers.get("origin"), headers.get("host")):
+            log.info("rejected WebSocket from origin %r", headers.get("origin"))
+            await _deny(ws, 403, "origin not allowed")
+            return
+        if not key_ok(options.security, headers, query):
+            await _deny(ws, 401, "missing or wrong API key")
+            return
+        await ws.accept()
+        ctx = holder["ctx"]
+        if not ctx.slots.try_acquire():
+            await ws.send_text(P.dumps(P.busy_message(ctx.limits.max_clients)))
+            await ws.close(code=P.CloseCode.TRY_AGAIN_LATER)
+            return
+        try:
+            await Connection(ws, ctx, abort=lambda: _abort_transport(ws)).run()
+        finally:
+            ctx.slots.release()
+
+    async def healthz(request) -> JSONResponse:
+        ctx = holder.get("ctx")
+        return JSONResponse(
+            {
+                "status": "ok",
+                "model": str(getattr(transcriber, "model_name", "?")),
+                "engine": str(getattr(transcriber, "name", "?")),
+                "sessions": slots.active,
+                "max_clients": slots.limit,
+                "model_jobs_done": ctx.scheduler.jobs_done if ctx else 0,
+            }
+        )
+
+    rest = RestApi(transcriber, options)
+    app = Starlette(
+        routes=[
+            WebSocketRoute("/v1/listen", listen),
+            Route("/healthz", healthz, methods=["GET"]),
+            *rest.routes(),
+            Mount("/", app=StaticFiles(directory=STATIC_DIR, html=True), name="static"),
+        ],
+        lifespan=lifespan,
+    )
+    return _Outer(app)
+
+
+class _Outer:
+    """Outermost ASGI layer: keeps the server's raw send() in the scope and adds security headers."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            scope[RAW_SEND] = send
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + SECURITY_HEADERS
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+async def _deny(ws: WebSocket, status: int, text: str) -> None:
+    """Refuse a WebSocket handshake with an HTTP status (403 via close when the server cannot)."""
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        await ws.send_denial_response(PlainTextResponse(text, status_code=status))
+    else:
+        await ws.close(code=1008)
+
+
+def _abort_transport(ws: WebSocket) -> None:
+    """Cut a connection whose client stopped reading: uvicorn would otherwise wait forever for its
+    write buffer to drain. Reaches the transport through the protocol object behind send()."""
+    protocol = getattr(ws.scope.get(RAW_SEND), "__self__", None)
+    transport = getattr(protocol, "transport", None)
+    if transport is not None:
+        transport.abort()
+    else:
+        log.warning("cannot abort the transport of a non-reading client; it is left to the OS")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0 picks a free one), so the URL is known before serving."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_config(app: Any, options: ServerOptions, log_level: str = "warning"):
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        ws="websockets-sansio",
+        ws_max_size=max(options.limits.max_frame_bytes, P.MAX_TEXT_FRAME),
+        ws_per_message_deflate=False,  # audio does not compress; deflate costs CPU and memory per client
+        lifespan="on",
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+
+
+async def serve(app: Any, sock: socket.socket, options: ServerOptions, log_level: str = "warning") -> None:
+    """Serve app on an already bound socket until cancelled or interrupted."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn_config(app, options, log_level))
+    await server.serve(sockets=[sock])

@@ -1,0 +1,282 @@
+// specscribe live captions: microphone -> AudioWorklet (16 kHz PCM16) -> WebSocket /v1/listen -> captions.
+// Plain modern JS, no build step. The protocol is documented in docs/protocol.md.
+
+const $ = (id) => document.getElementById(id);
+const RATE = 16000;
+const params = new URLSearchParams(location.search);
+
+const ui = {
+  start: $("start"), status: $("status"), statusText: $("status-text"), lag: $("lag"), error: $("error"),
+  transcript: $("transcript"), partial: $("partial"), language: $("language"), task: $("task"),
+  translate: $("translate"), apiKey: $("api-key"),
+};
+
+let live = null; // the running capture + connection, or null
+const finals = []; // {id, start, end, text, translation}
+
+if (params.get("api_key")) ui.apiKey.value = params.get("api_key");
+for (const key of ["language", "task"]) if (params.get(key)) ui[key].value = params.get(key);
+if (params.get("translate") === "1") ui.translate.checked = true;
+
+function setStatus(state, text) {
+  ui.status.dataset.state = state;
+  ui.statusText.textContent = text;
+  if (state !== "live") ui.lag.textContent = "";
+}
+
+function showError(message) {
+  ui.error.textContent = message;
+  ui.error.hidden = false;
+}
+
+function clearError() {
+  ui.error.hidden = true;
+  ui.error.textContent = "";
+}
+
+function fmtClock(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
+  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
+}
+
+function listenUrl() {
+  const url = new URL("/v1/listen", location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  if (ui.apiKey.value) url.searchParams.set("api_key", ui.apiKey.value);
+  return url.toString();
+}
+
+async function openMicrophone() {
+  const stream = await navigator.mediaDevices.getUserMedia({
+    audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false, channelCount: 1 },
+  });
+  let ctx = null;
+  let source = null;
+  if (params.get("rate") !== "native") {
+    try { // let the browser resample to 16 kHz where it can
+      ctx = new AudioContext({ sampleRate: RATE, latencyHint: "interactive" });
+      source = ctx.createMediaStreamSource(stream);
+    } catch (err) {
+      if (ctx) ctx.close();
+      ctx = null;
+    }
+  }
+  if (!ctx) { // the context runs at the device rate; the worklet resamples
+    ctx = new AudioContext({ latencyHint: "interactive" });
+    source = ctx.createMediaStreamSource(stream);
+  }
+  await ctx.audioWorklet.addModule(new URL("pcm-worklet.js", import.meta.url));
+  const node = new AudioWorkletNode(ctx, "pcm-capture", {
+    numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1],
+    processorOptions: { targetRate: RATE, chunkSamples: RATE / 10 },
+  });
+  const mute = ctx.createGain();
+  mute.gain.value = 0; // keeps the graph pulling without playing the microphone back
+  source.connect(node).connect(mute).connect(ctx.destination);
+  if (ctx.state === "suspended") await ctx.resume();
+  return { stream, ctx, node };
+}
+
+async function start() {
+  clearError();
+  ui.start.disabled = true;
+  setStatus("connecting", "Opening microphone…");
+  const session = { ws: null, mic: null, sent: 0, queued: [], closing: false, lastEnd: 0, partialText: "" };
+  live = session;
+  try {
+    session.mic = await openMicrophone();
+  } catch (err) {
+    live = null;
+    ui.start.disabled = false;
+    setStatus("error", "Microphone unavailable");
+    showError(`Could not open the microphone: ${err.message || err.name}`);
+    return;
+  }
+  setStatus("connecting", "Connecting…");
+  const ws = new WebSocket(listenUrl());
+  ws.binaryType = "arraybuffer";
+  session.ws = ws;
+  session.mic.node.port.onmessage = (event) => sendAudio(session, event.data);
+  ws.onopen = () => {
+    ws.send(JSON.stringify({
+      type: "config", sample_rate: RATE, encoding: "pcm_s16le", channels: 1,
+      language: ui.language.value === "auto" ? null : ui.language.value,
+      task: ui.task.value, translate: ui.translate.checked, interim_results: true,
+    }));
+    for (const chunk of session.queued) ws.send(chunk);
+    session.queued = [];
+  };
+  ws.onmessage = (event) => onMessage(session, JSON.parse(event.data));
+  ws.onerror = () => { if (!session.closing) showError("Connection error: is the server running and reachable?"); };
+  ws.onclose = (event) => onClose(session, event);
+  ui.start.textContent = "Stop";
+  ui.start.setAttribute("aria-pressed", "true");
+  ui.start.disabled = false;
+  for (const el of [ui.language, ui.task, ui.translate]) el.disabled = true;
+}
+
+function sendAudio(session, chunk) {
+  if (session.closing && session.ws.readyState !== WebSocket.OPEN) return;
+  session.sent += chunk.length;
+  if (session.ws.readyState === WebSocket.OPEN) session.ws.send(chunk.buffer);
+  else if (session.ws.readyState === WebSocket.CONNECTING) session.queued.push(chunk.buffer);
+}
+
+async function stop() {
+  const session = live;
+  if (!session || session.closing) return;
+  session.closing = true;
+  ui.start.disabled = true;
+  setStatus("finishing", "Finishing…");
+  session.mic.node.port.postMessage("flush");
+  await new Promise((resolve) => setTimeout(resolve, 50)); // let the last chunk arrive from the worklet
+  releaseMic(session);
+  if (session.ws.readyState === WebSocket.OPEN) session.ws.send(JSON.stringify({ type: "close" }));
+  else session.ws.close();
+}
+
+function releaseMic(session) {
+  if (!session.mic) return;
+  session.mic.node.port.onmessage = null;
+  session.mic.stream.getTracks().forEach((t) => t.stop());
+  session.mic.ctx.close();
+  session.mic = null;
+}
+
+function onMessage(session, msg) {
+  switch (msg.type) {
+    case "ready":
+      setStatus("live", `Live · ${msg.model}`);
+      break;
+    case "partial":
+      ui.partial.textContent = msg.text;
+      if (msg.end !== undefined) showLag(session, msg.end);
+      break;
+    case "final":
+      addFinal(msg);
+      ui.partial.textContent = "";
+      showLag(session, msg.end);
+      break;
+    case "translation":
+      addTranslation(msg);
+      break;
+    case "speech_start":
+    case "speech_end":
+      ui.status.dataset.speech = msg.type === "speech_start" ? "on" : "off";
+      break;
+    case "error":
+      showError(`${msg.message}${msg.fatal ? "" : " (the session continues)"}`);
+      break;
+    case "busy":
+      showError(`The server is busy (${msg.max_clients} sessions). Please try again in a moment.`);
+      break;
+    default:
+      break; // stats and future message types
+  }
+}
+
+function showLag(session, end) {
+  const lag = session.sent / RATE - end;
+  if (Number.isFinite(lag)) ui.lag.textContent = `· ${Math.max(0, lag).toFixed(1)} s behind`;
+}
+
+function addFinal(msg) {
+  const entry = { id: msg.id, start: msg.start, end: msg.end, text: msg.text, translation: "" };
+  finals.push(entry);
+  const p = document.createElement("p");
+  p.className = "final";
+  p.dataset.id = String(msg.id);
+  const time = document.createElement("span");
+  time.className = "time";
+  time.textContent = fmtClock(msg.start);
+  p.append(time, document.createTextNode(msg.text));
+  ui.transcript.append(p);
+  entry.el = p;
+  ui.transcript.scrollTop = ui.transcript.scrollHeight;
+}
+
+function addTranslation(msg) {
+  const entry = finals.findLast((f) => f.id === msg.id);
+  if (!entry) return;
+  entry.translation = msg.text;
+  const p = document.createElement("p");
+  p.className = "translation";
+  p.lang = "en";
+  p.dataset.for = String(msg.id);
+  p.textContent = msg.text;
+  entry.el.after(p);
+  ui.transcript.scrollTop = ui.transcript.scrollHeight;
+}
+
+const CLOSE_REASONS = {
+  1009: "an audio frame was too large", 1011: "a server error", 1013: "the server is busy",
+  4000: "a protocol error", 4002: "invalid settings", 4008: "no audio for too long",
+  4009: "the session reached its maximum length", 4010: "the page fell behind reading captions",
+};
+
+function onClose(session, event) {
+  releaseMic(session);
+  if (live === session) live = null;
+  ui.partial.textContent = "";
+  ui.start.textContent = "Start";
+  ui.start.setAttribute("aria-pressed", "false");
+  ui.start.disabled = false;
+  for (const el of [ui.language, ui.task, ui.translate]) el.disabled = false;
+  if (event.code === 1000 || (session.closing && event.code === 1005)) {
+    setStatus("idle", "Stopped");
+  } else {
+    setStatus("error", "Disconnected");
+    const why = CLOSE_REASONS[event.code];
+    if (why) showError(`The connection closed: ${why}.`);
+    else if (ui.error.hidden) showError(`The connection closed unexpectedly (code ${event.code}).`);
+  }
+}
+
+function transcriptText() {
+  return finals.map((f) => (f.translation ? `${f.text}\n  ${f.translation}` : f.text)).join("\n");
+}
+
+function srtTime(seconds) {
+  const ms = Math.round(Math.max(0, seconds) * 1000);
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+  return `${pad(Math.floor(ms / 3600000))}:${pad(Math.floor(ms / 60000) % 60)}:${pad(Math.floor(ms / 1000) % 60)},${pad(ms % 1000, 3)}`;
+}
+
+function transcriptSrt() {
+  return finals.map((f, i) => {
+    const text = f.translation ? `${f.text}\n${f.translation}` : f.text;
+    return `${i + 1}\n${srtTime(f.start)} --> ${srtTime(f.end)}\n${text}\n`;
+  }).join("\n");
+}
+
+function download(name, text, type) {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+ui.start.addEventListener("click", () => (live ? stop() : start()));
+$("copy").addEventListener("click", async () => {
+  try {
+    await navigator.clipboard.writeText(transcriptText());
+    setStatus(ui.status.dataset.state, ui.statusText.textContent.replace(/ · copied$/, "") + " · copied");
+  } catch (err) {
+    showError("Copying was refused by the browser; select the text and copy it by hand.");
+  }
+});
+$("download-txt").addEventListener("click", () => download("transcript.txt", transcriptText() + "\n", "text/plain"));
+$("download-srt").addEventListener("click", () => download("transcript.srt", transcriptSrt(), "application/x-subrip"));
+$("clear").addEventListener("click", () => {
+  finals.length = 0;
+  ui.transcript.replaceChildren();
+  ui.partial.textContent = "";
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && live) stop();
+});
+window.specscribe = { finals, transcriptText, transcriptSrt }; // for tests and the console
