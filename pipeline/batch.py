@@ -20,7 +20,7 @@ from typing import Sequence, TextIO
 
 from specscribe.models.engines import EngineOptions, Transcriber
 from specscribe.models.errors import ModelError
-from specscribe.pipeline.audio import AudioError, load_audio
+from specscribe.pipeline.audio import SAMPLE_RATE, AudioError, load_audio
 from specscribe.pipeline.longform import LongformOptions, Transcript, transcribe_audio
 from specscribe.pipeline.progress import BatchProgress
 from specscribe.pipeline.writers import WriterOptions, output_paths, write_outputs
@@ -146,7 +146,7 @@ def transcribe_item(
 ) -> Transcript:
     """Load, transcribe and write one input. Raises AudioError (or anything) before writing a byte."""
     audio = load_audio(item.data if item.path is None else item.path)
-    duration = len(audio) / 16000
+    duration = len(audio) / SAMPLE_RATE
     if progress is not None:
         progress.start_file(item.display, duration)
     transcript = transcribe_audio(

@@ -6,7 +6,9 @@ newly committed words, the partial tail and how much audio it still needs. `fini
 
 LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRProcessor):
 - each update re-decodes the uncommitted buffer, with text committed before it as the prompt;
-- the longest common prefix of the last two hypotheses (after the committed words) is committed;
+- the longest common prefix of the last two hypotheses (after the committed words) is committed,
+  except a word the newest hypothesis is unsure of (probability < min_probability) while it is
+  recent: on too little audio Whisper's guesses can agree twice;
 - committed text is append-only: it is never rewritten, only extended;
 - the buffer start moves to the end of the last committed sentence (or, past `trim_after`
   seconds, the last committed word), so the decoded span stays short and latency flat;
@@ -53,12 +55,17 @@ class LocalAgreementOptions:
         max_buffer: buffer seconds past which the whole hypothesis is committed by force.
         prompt_chars: characters of committed text (before the buffer) given as the prompt.
         min_trim_gap: seconds a trim point keeps before the next uncommitted word starts.
+        min_probability: an agreed word is committed only if the newest hypothesis gives it at
+            least this probability (Whisper's guesses on too little audio agree too) ...
+        confident_after: ... or once it ends this many seconds before the end of the audio.
     """
 
     trim_after: float = 12.0
     max_buffer: float = 25.0
     prompt_chars: int = 200
     min_trim_gap: float = 0.0
+    min_probability: float = 0.5
+    confident_after: float = 1.5
 
 
 class StreamingPolicy(Protocol):
@@ -112,10 +119,13 @@ class LocalAgreement:
 
     def process(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
-        agreed = 0
-        while agreed < min(len(new), len(self._previous)) and normalize_word(new[agreed].text) == normalize_word(
-            self._previous[agreed].text
-        ):
+        agreed, o = 0, self.options
+        while agreed < min(len(new), len(self._previous)):
+            word = new[agreed]
+            if normalize_word(word.text) != normalize_word(self._previous[agreed].text):
+                break
+            if word.probability < o.min_probability and word.end > self.audio_end - o.confident_after:
+                break
             agreed += 1
         commit = new[:agreed]
         self._previous = new[agreed:]

@@ -65,7 +65,7 @@ class BatchProgress:
             if self._file is not None:
                 self._file.close()
                 self._file = None
-            self._batch.set_description(f"batch {self.files_done}/{self.n_files}")
+            self._batch.set_description_str(f"batch {self.files_done}/{self.n_files}")
 
     def _advance_batch(self, step: float) -> None:
         self.audio_done += step

@@ -269,8 +269,9 @@ class StreamSession:
         partial = "".join(w.text for w in update.partial).strip()
         if self.options.interim_results and partial != self._last_partial:
             p = update.partial
+            at = end / SAMPLE_RATE  # an empty partial (cleared) is placed at the audio's end
             events.append(
-                self._event("partial", start=p[0].start if p else None, end=p[-1].end if p else None, text=partial, words=p)
+                self._event("partial", start=p[0].start if p else at, end=p[-1].end if p else at, text=partial, words=p)
             )
         self._last_partial = partial
         if not final:

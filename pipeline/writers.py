@@ -84,17 +84,31 @@ def _wrap(text: str, width: int) -> list[str]:
     return textwrap.wrap(text.strip(), width=width, break_long_words=False, break_on_hyphens=False) or [""]
 
 
+_BREAK_AFTER = (".", ",", "!", "?", ";", ":", "…", "。", "，", "！", "？")
+
+
+def _cue(words: Sequence[Word], width: int) -> Cue:
+    return Cue(words[0].start, words[-1].end, tuple(_wrap("".join(w.text for w in words), width)))
+
+
 def _cues_from_words(words: Sequence[Word], width: int, count: int) -> list[Cue]:
+    """Fill cues word by word; on overflow, break after the last punctuation in the second
+    half of the cue if there is one (a clause per cue reads better), else before the word."""
     cues: list[Cue] = []
     group: list[Word] = []
     for word in words:
         trial = "".join(w.text for w in group + [word])
-        if group and count and len(_wrap(trial, width)) > count:
-            cues.append(Cue(group[0].start, group[-1].end, tuple(_wrap("".join(w.text for w in group), width))))
-            group = []
+        if group and len(_wrap(trial, width)) > count:
+            cut = len(group)
+            for j in range(len(group) - 1, len(group) // 2 - 1, -1):
+                if group[j].text.strip().endswith(_BREAK_AFTER):
+                    cut = j + 1
+                    break
+            cues.append(_cue(group[:cut], width))
+            group = group[cut:]
         group.append(word)
     if group:
-        cues.append(Cue(group[0].start, group[-1].end, tuple(_wrap("".join(w.text for w in group), width))))
+        cues.append(_cue(group, width))
     return cues
 
 
@@ -214,8 +228,8 @@ def output_paths(stem: Path, formats: Sequence[str], translation: bool) -> list[
 def write_outputs(transcript: Transcript, stem: Path, formats: Sequence[str], options: WriterOptions) -> list[Path]:
     """Write <stem>.<fmt> for each format (and <stem>.translation.<fmt> with task both).
 
-    Everything is rendered first, then written file by file atomically, so an error while
-    rendering leaves no file at all.
+    Everything is rendered first, then written file by file atomically; if a write fails
+    (disk full, permissions), the files already written for this transcript are removed again.
     """
     texts: list[tuple[Path, str]] = []
     for fmt in formats:
@@ -225,9 +239,16 @@ def write_outputs(transcript: Transcript, stem: Path, formats: Sequence[str], op
             if fmt != "json":
                 path = stem.with_name(f"{stem.name}.translation.{fmt}")
                 texts.append((path, render(fmt, transcript, transcript.translation, options)))
-    for path, text in texts:
-        write_atomic(path, text)
-    return [p for p, _ in texts]
+    written: list[Path] = []
+    try:
+        for path, text in texts:
+            write_atomic(path, text)
+            written.append(path)
+    except BaseException:
+        for path in written:  # all of this input's files or none
+            path.unlink(missing_ok=True)
+        raise
+    return written
 
 
 def parse_formats(value: str) -> tuple[str, ...]:

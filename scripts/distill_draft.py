@@ -31,7 +31,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         languages = {k: languages.get(k, 0.1) for k in args.languages.split(",")}
     options = data.DataOptions(hours=args.hours, seed=args.seed, languages=languages)
     corpus = text.corpus(tuple(options.languages), references=text.evaluation_transcripts())
-    backends = synth.available_backends()
+    backends = synth.available_backends(tuple(args.backends.split(",")))
     print(f"data: backends {sorted(backends)}; texts " + ", ".join(f"{k}={len(v)}" for k, v in corpus.items()))
     data.build_dataset(Path(args.out), corpus, backends, options)
     return 0
@@ -56,6 +56,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     options = train.TrainOptions(
         steps=args.steps,
         lr=args.lr,
+        warmup=args.warmup,
         batch_size=args.batch_size,
         layers=tuple(int(x) for x in args.layers.split(",")),
         kl_weight=args.kl_weight,
@@ -63,6 +64,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         eval_every=args.eval_every,
         follow=args.follow,
+        init=args.init,
         threads=args.threads,
     )
     result = train.train_from_folder(Path(args.data), args.model, Path(args.draft_out), options)
@@ -91,7 +93,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         result["untrained_init"] = train.evaluate(init, val, encoders)
     net = init
     if args.draft:
-        net = DraftNet(target, _sources(args.draft))
+        net = DraftNet(target, export.checkpoint_sources(Path(args.draft)))
         meta = export.load_draft_into(net, Path(args.draft))
         result["target_sha256_ok"] = meta.get("target_sha256") == info["sha256"]
     if net is None:
@@ -107,13 +109,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))
     return 0
-
-
-def _sources(path: str) -> tuple[int, ...]:
-    from safetensors import safe_open
-
-    with safe_open(path, framework="pt") as fh:
-        return tuple(json.loads((fh.metadata() or {})["layer_sources"]))
 
 
 def cmd_all(args: argparse.Namespace) -> int:
@@ -133,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--hours", type=float, default=1.5, help="hours of audio to synthesize")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--languages", default="", help="comma list, default en,de,fr,es,it")
+        p.add_argument("--backends", default="piper,festival,espeak", help="TTS backends to use (those installed)")
 
     def label_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", default="base", help="target model name or folder")
@@ -145,12 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--draft-out", default="models/drafts/base-draft.safetensors")
         p.add_argument("--steps", type=int, default=2000)
         p.add_argument("--lr", type=float, default=3e-4)
+        p.add_argument("--warmup", type=int, default=50, help="linear warm-up steps")
         p.add_argument("--batch-size", type=int, default=8)
         p.add_argument("--layers", default="0,5", help="target decoder layers to copy (comma list)")
         p.add_argument("--kl-weight", type=float, default=0.7, help="share of the KL term (rest: CE)")
         p.add_argument("--vocab", type=int, default=0, help="reduced draft vocabulary size (0: full)")
         p.add_argument("--eval-every", type=int, default=100)
         p.add_argument("--follow", action="store_true", help="re-read labels at each validation pass")
+        p.add_argument("--init", default="", help="continue from this draft checkpoint")
         if not any(a.dest == "threads" for a in p._actions):
             p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
         if not any(a.dest == "seed" for a in p._actions):

@@ -187,27 +187,7 @@ def render(transcript: Any, fmt: str, task: str, words: bool) -> Response:
 
 
 def subtitles(segments: Sequence[Any], fmt: str) -> str:
-    """SRT or WebVTT text of segments."""
-    try:
-        from specscribe.pipeline import writers  # the batch writers, when present
-    except ImportError:
-        writers = None
-    fn = getattr(writers, f"format_{fmt}", None) if writers else None
-    if fn is not None:
-        return fn(segments)
-    sep = "," if fmt == "srt" else "."
-    lines = ["WEBVTT", ""] if fmt == "vtt" else []
-    for i, seg in enumerate(s for s in segments if s.text.strip()):
-        if fmt == "srt":
-            lines.append(str(i + 1))
-        lines.append(f"{_ts(seg.start, sep)} --> {_ts(seg.end, sep)}")
-        lines.extend([seg.text.strip(), ""])
-    return "\n".join(lines)
+    """SRT or WebVTT text of segments (pipeline/writers.py, as `specscribe transcribe` writes them)."""
+    from specscribe.pipeline import writers
 
-
-def _ts(seconds: float, sep: str) -> str:
-    ms = int(round(max(seconds, 0.0) * 1000))
-    h, ms = divmod(ms, 3_600_000)
-    m, ms = divmod(ms, 60_000)
-    s, ms = divmod(ms, 1000)
-    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+    return writers.to_srt(segments) if fmt == "srt" else writers.to_vtt(segments)

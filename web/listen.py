@@ -69,6 +69,7 @@ class ListenContext:
         model: model name announced in `ready`.
         engine: engine name announced in `ready`.
         slots: live-session counter.
+        languages: language codes the model accepts (None: not checked here).
     """
 
     scheduler: ModelScheduler
@@ -78,6 +79,7 @@ class ListenContext:
     model: str
     engine: str
     slots: ClientSlots
+    languages: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,10 @@ class Connection:
         self.limits = ctx.limits
         self._abort = abort
         self.session_id = uuid.uuid4().hex[:16]
-        self._inbox: asyncio.Queue = asyncio.Queue(maxsize=64)
+        # Unbounded in items, bounded in seconds (max_backlog_seconds): the reader must never block,
+        # or the server stops reading the socket (pongs included) and the keepalive kills the connection.
+        self._inbox: asyncio.Queue = asyncio.Queue()
+        self._backlog = 0.0  # seconds of 16 kHz audio in the inbox
         self._outbox: asyncio.Queue = asyncio.Queue(maxsize=self.limits.max_outgoing)
         self._done = asyncio.Event()
         self._slow = False
@@ -133,8 +138,13 @@ class Connection:
             translate=config.translate,
             interim_results=config.interim_results,
         )
-        self._session: CaptionSession | None = self.ctx.make_session(self.ctx.scheduler, self._options, self.session_id)
-        self._resampler = Resampler(config.sample_rate, config.channels)
+        try:
+            self._session: CaptionSession | None = self.ctx.make_session(self.ctx.scheduler, self._options, self.session_id)
+            self._resampler = Resampler(config.sample_rate, config.channels)
+        except Exception:
+            log.exception("session %s: cannot start a session", self.session_id)
+            await self._fail(P.ErrorCode.INTERNAL, "internal server error: cannot start a session", P.CloseCode.INTERNAL_ERROR)
+            return
         await self._send_now(P.ready_message(self.session_id, self.ctx.model, self.ctx.engine, config, self.limits))
         tasks = [
             asyncio.create_task(self._guard(self._read_loop()), name=f"read-{self.session_id}"),
@@ -165,7 +175,7 @@ class Connection:
             await self._fail(P.ErrorCode.PROTOCOL, "the first message must be a JSON config text frame, not audio", P.CloseCode.PROTOCOL_ERROR)
             return None
         try:
-            config = P.parse_text(message["text"], expect_config=True)
+            config = P.parse_text(message["text"], expect_config=True, languages=self.ctx.languages)
         except P.ProtocolError as exc:
             code = P.CloseCode.INVALID_CONFIG if exc.code == P.ErrorCode.INVALID_CONFIG else P.CloseCode.PROTOCOL_ERROR
             await self._fail(exc.code, exc.message, code)
@@ -177,34 +187,37 @@ class Connection:
 
     async def _read_loop(self) -> None:
         deadline = self._t0 + self.limits.max_session_seconds
+        closing = False  # after `close`: keep reading (pongs, disconnects) but ignore data while finals flush
         while True:
-            timeout = min(self.limits.idle_timeout, deadline - time.monotonic())
+            timeout = None if closing else min(self.limits.idle_timeout, deadline - time.monotonic())
             try:
-                message = await _receive(self.ws, max(timeout, 0.0))
+                message = await _receive(self.ws, None if timeout is None else max(timeout, 0.0))
             except asyncio.TimeoutError:
                 if time.monotonic() >= deadline:
                     await self._stop_session_limit()
                 else:
                     msg = P.error_message(P.ErrorCode.IDLE_TIMEOUT, f"no frame for {self.limits.idle_timeout:g} s", fatal=True)
-                    await self._inbox.put(_Stop(P.CloseCode.IDLE_TIMEOUT, msg, reason="idle_timeout"))
+                    self._inbox.put_nowait(_Stop(P.CloseCode.IDLE_TIMEOUT, msg, reason="idle_timeout"))
                 return
             if message["type"] == "websocket.disconnect":
                 log.info("session %s: client disconnected (code %s)", self.session_id, message.get("code"))
                 self._done.set()
                 return
             data, text = message.get("bytes"), message.get("text")
+            if closing:
+                continue
             if data is not None:
                 if not await self._on_audio(data):
                     return
             elif text is not None:
                 if not await self._on_text(text):
-                    return
+                    closing = True
 
     async def _on_audio(self, data: bytes) -> bool:
         """Validate, resample and queue one audio frame. False when the session must stop."""
         if len(data) > self.limits.max_frame_bytes:
             msg = P.error_message(P.ErrorCode.FRAME_TOO_BIG, f"frame of {len(data)} bytes is over the limit of {self.limits.max_frame_bytes}", fatal=True)
-            await self._inbox.put(_Stop(P.CloseCode.MESSAGE_TOO_BIG, msg, reason="error"))
+            self._inbox.put_nowait(_Stop(P.CloseCode.MESSAGE_TOO_BIG, msg, reason="error"))
             return False
         try:
             samples = P.decode_audio(data, self.config)
@@ -214,11 +227,22 @@ class Connection:
         self.audio_seconds += self.config.seconds(len(data))
         chunk = self._resampler.process(samples)
         if chunk.size:
-            await self._inbox.put(chunk)
+            self._backlog += chunk.size / 16_000
+            self._inbox.put_nowait(chunk)
+        if self._backlog + self._session_pending() > self.limits.max_backlog_seconds:  # the model cannot keep up
+            log.warning("session %s: %.1f s of audio waiting; the server is overloaded", self.session_id, self._backlog)
+            self._emit(P.error_message(P.ErrorCode.OVERLOADED, f"the server is {self._backlog:.0f} s behind this stream "
+                                       "and cannot keep up; try again later", fatal=True))
+            self._emit(("close", P.CloseCode.TRY_AGAIN_LATER))
+            return False
         if self.audio_seconds >= self.limits.max_session_seconds:
             await self._stop_session_limit()
             return False
         return True
+
+    def _session_pending(self) -> float:
+        session = self._session
+        return float(getattr(session, "pending_seconds", 0.0)) if session is not None else 0.0
 
     async def _on_text(self, text: str) -> bool:
         try:
@@ -228,15 +252,15 @@ class Connection:
             return True
         assert isinstance(control, P.Control)
         if control.type == "finalize":
-            await self._inbox.put(_FINALIZE)
+            self._inbox.put_nowait(_FINALIZE)
         elif control.type == "close":
-            await self._inbox.put(_Stop(P.CloseCode.NORMAL, None, reason="close"))
+            self._inbox.put_nowait(_Stop(P.CloseCode.NORMAL, None, reason="close"))
             return False
         return True  # keepalive: receiving it reset the idle timer
 
     async def _stop_session_limit(self) -> None:
         msg = P.error_message(P.ErrorCode.SESSION_LIMIT, f"session reached the limit of {self.limits.max_session_seconds:g} s", fatal=True)
-        await self._inbox.put(_Stop(P.CloseCode.SESSION_LIMIT, msg, reason="session_limit"))
+        self._inbox.put_nowait(_Stop(P.CloseCode.SESSION_LIMIT, msg, reason="session_limit"))
 
     # ---- processor ------------------------------------------------------------------------
 
@@ -248,6 +272,7 @@ class Connection:
             fresh = False
             for item in items:
                 if isinstance(item, np.ndarray):
+                    self._backlog -= item.size / 16_000
                     self._insert(item)
                     fresh = True
                 elif item is _FINALIZE:
@@ -362,7 +387,7 @@ class Connection:
                 self._done.set()
 
 
-async def _receive(ws: Any, timeout: float) -> dict[str, Any]:
+async def _receive(ws: Any, timeout: float | None) -> dict[str, Any]:
     """ws.receive() with a timeout. asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a
     cancellation that races with a message, which would leave a cancelled reader running."""
     if hasattr(asyncio, "timeout"):

@@ -36,7 +36,7 @@ class CloseCode:
     GOING_AWAY = 1001  # the server is shutting down
     MESSAGE_TOO_BIG = 1009  # a frame over the frame limit
     INTERNAL_ERROR = 1011  # a server fault (logged server-side; no details sent)
-    TRY_AGAIN_LATER = 1013  # busy: the server has max_clients sessions
+    TRY_AGAIN_LATER = 1013  # busy (max_clients sessions), or overloaded (a stream fell max_backlog_seconds behind)
     PROTOCOL_ERROR = 4000  # the first frame is not a valid config message
     INVALID_CONFIG = 4002  # config values out of range (sample rate, encoding, ...)
     IDLE_TIMEOUT = 4008  # no frame from the client for idle_timeout seconds
@@ -56,6 +56,7 @@ class ErrorCode:
     IDLE_TIMEOUT = "idle_timeout"
     SESSION_LIMIT = "session_limit"
     INTERNAL = "internal_error"
+    OVERLOADED = "server_overloaded"
 
 
 class ProtocolError(Exception):
@@ -111,11 +112,12 @@ _LANGUAGE = re.compile(r"[A-Za-z]{2,8}(-[A-Za-z]+)?")
 _CONFIG_KEYS = {"type", "sample_rate", "encoding", "channels", "language", "task", "translate", "interim_results"}
 
 
-def parse_text(text: str | bytes, *, expect_config: bool) -> Message:
+def parse_text(text: str | bytes, *, expect_config: bool, languages: frozenset[str] | None = None) -> Message:
     """Parse one client text frame.
 
     expect_config: True for the first frame (must be config); False afterwards (a control message;
-    a second config is an error). Raises ProtocolError and nothing else.
+    a second config is an error). languages: the codes the model knows (None: any well-formed code).
+    Raises ProtocolError and nothing else.
     """
     if len(text) > MAX_TEXT_FRAME:
         raise ProtocolError(ErrorCode.FRAME_TOO_BIG, f"text frames are at most {MAX_TEXT_FRAME} bytes")
@@ -131,7 +133,7 @@ def parse_text(text: str | bytes, *, expect_config: bool) -> Message:
     if expect_config:
         if kind != "config":
             raise ProtocolError(ErrorCode.PROTOCOL, f"the first message must be config, got {_short(kind)}")
-        return parse_config(msg)
+        return parse_config(msg, languages)
     if kind == "config":
         raise ProtocolError(ErrorCode.PROTOCOL, "config was already given; open a new connection to change it")
     if kind not in CONTROL_TYPES:
@@ -139,7 +141,7 @@ def parse_text(text: str | bytes, *, expect_config: bool) -> Message:
     return Control(kind)  # type: ignore[arg-type]
 
 
-def parse_config(msg: dict[str, Any]) -> ClientConfig:
+def parse_config(msg: dict[str, Any], languages: frozenset[str] | None = None) -> ClientConfig:
     """Validate a config object (already JSON-decoded). Raises ProtocolError(INVALID_CONFIG)."""
     unknown = sorted(set(msg) - _CONFIG_KEYS)
     if unknown:
@@ -160,6 +162,8 @@ def parse_config(msg: dict[str, Any]) -> ClientConfig:
         language = None
     if language is not None and not (isinstance(language, str) and len(language) <= 16 and _LANGUAGE.fullmatch(language)):
         raise _bad_config(f"language must be an ISO code such as \"en\", \"auto\" or null, got {_short(language)}")
+    if language is not None and languages is not None and language.lower() not in languages:
+        raise _bad_config(f"language {_short(language)} is not one the model knows")
     task = msg.get("task", "transcribe")
     if not isinstance(task, str) or task not in TASKS:
         raise _bad_config(f"task must be transcribe or translate, got {_short(task)}")
@@ -212,6 +216,8 @@ class Limits:
         max_session_seconds: longest session, in audio seconds and in wall seconds.
         idle_timeout: seconds without any client frame before close 4008.
         max_outgoing: server messages buffered for a client that does not read, then close 4010.
+        max_backlog_seconds: audio received but not yet processed; beyond it the stream is closed with
+            `server_overloaded` and 1013 (the model cannot keep up with real time).
     """
 
     max_clients: int = 8
@@ -219,6 +225,7 @@ class Limits:
     max_session_seconds: float = 3600.0
     idle_timeout: float = 30.0
     max_outgoing: int = 256
+    max_backlog_seconds: float = 60.0
 
     def to_dict(self) -> dict[str, Any]:
         return {

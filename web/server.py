@@ -102,6 +102,7 @@ def create_app(
             model=str(getattr(transcriber, "model_name", "?")),
             engine=str(getattr(transcriber, "name", "?")),
             slots=slots,
+            languages=model_languages(transcriber),
         )
         rest.scheduler = scheduler
         try:
@@ -153,6 +154,17 @@ def create_app(
         lifespan=lifespan,
     )
     return _Outer(app)
+
+
+def model_languages(transcriber: Transcriber) -> frozenset[str] | None:
+    """Language codes a Whisper model accepts: all of Whisper's for multilingual models, "en" for .en ones."""
+    if not getattr(transcriber, "is_multilingual", True):
+        return frozenset({"en"})
+    try:
+        from faster_whisper.tokenizer import _LANGUAGE_CODES
+    except ImportError:  # faster-whisper moved it: accept any well-formed code
+        return None
+    return frozenset(_LANGUAGE_CODES)
 
 
 class _Outer:
@@ -230,3 +242,38 @@ async def serve(app: Any, sock: socket.socket, options: ServerOptions, log_level
 
     server = uvicorn.Server(uvicorn_config(app, options, log_level))
     await server.serve(sockets=[sock])
+
+
+class BackgroundServer:
+    """Runs an app under uvicorn in a background thread on a free loopback port (tests, embedding).
+
+    with BackgroundServer(app, options) as srv: srv.ws_url, srv.http_url
+    """
+
+    def __init__(self, app: Any, options: ServerOptions, host: str = "127.0.0.1") -> None:
+        import threading
+
+        import uvicorn
+
+        self.sock = bind_socket(host, 0)
+        self.port = self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn_config(app, options))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.http_url = f"http://{host}:{self.port}"
+        self.ws_url = f"ws://{host}:{self.port}/v1/listen"
+
+    def __enter__(self) -> "BackgroundServer":
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:  # start-up handshake with the thread, bounded
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()

@@ -84,6 +84,14 @@ def export_draft(
     return path
 
 
+def checkpoint_sources(path: Path) -> tuple[int, ...]:
+    """The target layer indices a checkpoint's layers were copied from."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        return tuple(int(i) for i in json.loads((fh.metadata() or {})["layer_sources"]))
+
+
 def load_draft_into(net: DraftNet, path: Path) -> dict[str, str]:
     """Load a checkpoint written by export_draft into a DraftNet built on the same target layers."""
     from safetensors import safe_open

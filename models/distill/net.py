@@ -105,14 +105,19 @@ class DraftNet(nn.Module):
                 out.append((_heads(k, layer.n_heads), _heads(v, layer.n_heads)))
         return out
 
-    def forward(self, tokens: torch.Tensor, enc: torch.Tensor, cross: list | None = None) -> torch.Tensor:
-        """tokens (B, T) long, enc (B, S, d) -> logits (B, T, N) over the head's vocabulary."""
+    def forward(
+        self, tokens: torch.Tensor, enc: torch.Tensor, cross: list | None = None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """tokens (B, T) long, enc (B, S, d) -> logits (B, T, N) over the head's vocabulary, or
+        (M, N) at the M positions where mask (B, T) is True (the head costs most: padding skips it)."""
         t = tokens.shape[1]
         x = F.embedding(tokens, self.embedding) + self._positions[0][:t]  # (B, T, d)
         if cross is None or not self.freeze_cross_kv:
             cross = self.cross_keys_values(enc) if self.freeze_cross_kv else self._cross_with_grad(enc)
         for layer, (ck, cv) in zip(self.layers, cross):
             x = layer_forward(layer, x, ck, cv)
+        if mask is not None:
+            x = x[mask]  # (M, d)
         return self._ln[0](x) @ self.head.to(x.dtype).T
 
     def _cross_with_grad(self, enc: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:

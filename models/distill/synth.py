@@ -176,6 +176,9 @@ BACKENDS = {"espeak": Espeak, "festival": Festival, "piper": Piper}
 
 def available_backends(names: tuple[str, ...] = tuple(BACKENDS)) -> dict[str, Synthesizer]:
     """The named backends that are installed here, loaded."""
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown TTS backend {', '.join(unknown)}; choose from {', '.join(BACKENDS)}")
     return {n: BACKENDS[n]() for n in names if BACKENDS[n].available()}
 
 

@@ -20,6 +20,7 @@ _WS = re.compile(r"\s+")
 _PLACEHOLDER = re.compile(r"%[-+ #0-9.]*[a-zA-Z]|\{[^}]*\}|\$\w+|<[^>]*>|&\w+;|_(?=\w)")
 _ATTRIBUTION = re.compile(r"\s--\s*[A-Z(].*$|\s-- ?$")
 _WORD = re.compile(r"\w+", re.UNICODE)
+_LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
 _EMPTY_QUOTE = re.compile(r"['\"»«„“”‘’]\s*['\"»«„“”‘’]|\(\s*\)|\s[,.]")
 
 
@@ -45,7 +46,7 @@ def clean(text: str, min_chars: int = 12, max_chars: int = 360) -> str | None:
     text = _ATTRIBUTION.sub("", text).strip()
     if not (min_chars <= len(text) <= max_chars):
         return None
-    letters = sum(ch.isalpha() for ch in text)
+    letters = len(_LETTER.findall(text))
     if letters < 0.7 * len(text.replace(" ", "")) or len(_WORD.findall(text)) < 3:
         return None
     if any(ch in text for ch in "|\\^~`") or re.search(r"(.)\1{3,}", text):

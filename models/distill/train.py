@@ -46,6 +46,7 @@ class TrainOptions:
         device: "cpu" or "cuda".
         threads: torch threads (1 suits a shared 2-core machine; 0 keeps torch's default).
         follow: re-read the labels at each validation pass (train while the label stage runs).
+        init: a draft checkpoint to continue from (its layer sources replace ``layers``).
     """
 
     steps: int = 2000
@@ -64,6 +65,7 @@ class TrainOptions:
     device: str = "cpu"
     threads: int = 1
     follow: bool = False
+    init: str = ""
 
 
 @dataclass(frozen=True)
@@ -183,10 +185,10 @@ def collate(examples: Sequence[Example], encoders: EncoderCache, head_index: tor
 
 
 def distill_loss(logits: torch.Tensor, batch: Batch, kl_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """logits (B, L, N) -> kl_weight * KL(p_topk || q) + (1 - kl_weight) * CE(label)."""
-    logits = logits.float()
+    """logits (B, L, N), or (M, N) at batch.mask -> kl_weight * KL(p_topk || q) + (1 - kl_weight) * CE."""
     sel = batch.mask  # (B, L)
-    logq = torch.log_softmax(logits[sel], dim=-1)  # (M, N)
+    logits = logits.float()
+    logq = torch.log_softmax(logits[sel] if logits.dim() == 3 else logits, dim=-1)  # (M, N)
     idx = batch.topk_indices[sel]  # (M, k)
     valid = idx >= 0
     p = torch.softmax(batch.topk_values[sel].masked_fill(~valid, -1.0e4), dim=-1)  # (M, k)
@@ -243,11 +245,14 @@ def evaluate(
         for i in range(0, len(examples), batch_size):
             chunk = examples[i : i + batch_size]
             batch = collate(chunk, encoders, head_index)
-            pred = net(batch.tokens, batch.enc, _cross(net, crosses, chunk)).argmax(-1)  # (B, L)
+            pred = net(batch.tokens, batch.enc, _cross(net, crosses, chunk), batch.mask).argmax(-1)  # (M,)
+            targets = batch.targets[batch.mask]  # (M,)
+            ok = ((pred == targets) & (targets >= 0)).tolist()
+            start = 0
             for j, e in enumerate(chunk):
-                rows = batch.mask[j]
-                ok = (pred[j][rows] == batch.targets[j][rows]) & (batch.targets[j][rows] >= 0)
-                matches.append((e.group, ok.tolist()))
+                n = int(batch.mask[j].sum())
+                matches.append((e.group, ok[start : start + n]))
+                start += n
     net.train()
     return acceptance_report(matches)
 
@@ -294,7 +299,7 @@ def train(
         batch = collate(chunk, encoders, head_index)
         context, _ = _autocast(options)
         with context:
-            logits = net(batch.tokens, batch.enc, _cross(net, crosses, chunk))
+            logits = net(batch.tokens, batch.enc, _cross(net, crosses, chunk), batch.mask)  # (M, N)
         loss, parts = distill_loss(logits, batch, options.kl_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -329,7 +334,13 @@ def train_from_folder(folder: Path, model: str, out: Path, options: TrainOptions
     vocab_ids = None
     if options.vocab_size:
         vocab_ids = reduced_vocabulary(train_seqs, options.vocab_size, info["eot"], info["n_vocab"])
-    net = DraftNet(target, options.layers, vocab_ids, options.freeze_cross_kv)
+    if options.init:
+        from specscribe.models.distill.export import checkpoint_sources, load_draft_into
+
+        net = DraftNet(target, checkpoint_sources(Path(options.init)), vocab_ids, options.freeze_cross_kv)
+        load_draft_into(net, Path(options.init))
+    else:
+        net = DraftNet(target, options.layers, vocab_ids, options.freeze_cross_kv)
     encoders = EncoderCache(folder)
     loaded: dict[str, Example] = {}
 

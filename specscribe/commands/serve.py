@@ -29,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lim.add_argument("--max-frame-bytes", type=int, default=1 << 20, help="largest WebSocket frame (default: %(default)s)")
     lim.add_argument("--max-session-seconds", type=float, default=3600.0, help="longest session (default: %(default)s)")
     lim.add_argument("--idle-timeout", type=float, default=30.0, help="seconds without a client frame (default: %(default)s)")
+    lim.add_argument("--max-backlog-seconds", type=float, default=60.0,
+                     help="unprocessed audio a stream may have before it is closed as overloaded (default: %(default)s)")
     lim.add_argument("--max-upload-mb", type=float, default=200.0, help="largest file for the REST endpoint (default: %(default)s)")
     g = p.add_argument_group("model")
     g.add_argument("--engine", choices=("spec", "ct2"), default=None,
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         return _fail("--port must be 0 ... 65535")
-    for name in ("max_clients", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb", "update_interval"):
+    for name in ("max_clients", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb", "update_interval",
+                 "max_backlog_seconds"):
         if getattr(args, name) <= 0:
             return _fail(f"--{name.replace('_', '-')} must be positive")
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
@@ -70,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
               f"this port can use the server (set --api-key or ${API_KEY_ENV})", file=sys.stderr)
     options = ServerOptions(
         limits=P.Limits(max_clients=args.max_clients, max_frame_bytes=args.max_frame_bytes,
-                        max_session_seconds=args.max_session_seconds, idle_timeout=args.idle_timeout),
+                        max_session_seconds=args.max_session_seconds, idle_timeout=args.idle_timeout,
+                        max_backlog_seconds=args.max_backlog_seconds),
         security=SecurityOptions(api_key=api_key, allowed_origins=tuple(args.allowed_origin)),
         stream_defaults=replace(StreamOptions(), update_interval=args.update_interval),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),

@@ -82,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
     if engine is None:
         return _fail("the spec engine (specscribe.models.spec_engine) is not in this build; use --engine ct2", 1)
     language = None if args.language in ("auto", "", None) else args.language.lower()
+    if language is not None:
+        from faster_whisper.tokenizer import _LANGUAGE_CODES  # Whisper's 100 codes
+
+        if language not in _LANGUAGE_CODES:
+            return _fail(f"unknown language {args.language!r}; use an ISO code such as en, de, fr, or auto")
 
     stdin = sys.stdin.buffer.read() if "-" in args.inputs else None
     items, errors = collect_inputs(args.inputs, stdin)

@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import wave
 from pathlib import Path
 
@@ -55,7 +54,7 @@ def jfk_wav(tmp_path_factory, clips_dir) -> Path:
 def server_url(base_model_dir, tmp_path_factory):
     """`specscribe serve` in a subprocess on a free port; yields the page URL. Its log: artifacts/browser-server.log."""
     cmd = [sys.executable, "-m", "specscribe", "serve", "--port", "0", "--engine", "ct2", "--max-clients", "2",
-           "--log-level", "info"]
+           "--log-level", "info", "--update-interval", "1.0", "--max-backlog-seconds", "300"]  # patient on a busy CI
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "browser-server.log", "w")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT)
@@ -118,8 +117,15 @@ def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str
 
         from selenium.common.exceptions import TimeoutException
 
+        ARTIFACTS.mkdir(exist_ok=True)
+        suffix = "-translate" if translate else ""
+        try:  # a picture of the live state: partial text in grey italics under the finals
+            WebDriverWait(driver, 60, poll_frequency=0.2).until(lambda d: d.find_element(By.ID, "partial").text.strip())
+            driver.save_screenshot(str(ARTIFACTS / f"browser-jfk-live{suffix}.png"))
+        except TimeoutException:
+            pass
         try:
-            WebDriverWait(driver, 240, poll_frequency=0.5).until(lambda d: "country" in _words(finals_text(d))[-3:])
+            WebDriverWait(driver, 300, poll_frequency=0.5).until(lambda d: "country" in _words(finals_text(d))[-3:])
         except TimeoutException:
             pytest.fail(f"JFK's last words never became final: {state(driver)}")
         first_final = driver.find_element(By.CSS_SELECTOR, "#transcript .final").text
@@ -128,8 +134,9 @@ def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str
                                              message="no translation line")
         start.click()  # stop: flush, close
         WebDriverWait(driver, 120).until(lambda d: d.find_element(By.ID, "status-text").text == "Stopped")
-        ARTIFACTS.mkdir(exist_ok=True)
-        driver.save_screenshot(str(ARTIFACTS / f"browser-jfk{'-translate' if translate else ''}.png"))
+        driver.save_screenshot(str(ARTIFACTS / f"browser-jfk{suffix}.png"))
+        driver.set_window_size(390, 844)  # a phone
+        driver.save_screenshot(str(ARTIFACTS / f"browser-jfk-phone{suffix}.png"))
         result = {
             "finals": [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .final")],
             "translations": [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .translation")],

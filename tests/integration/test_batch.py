@@ -36,6 +36,7 @@ class Run:
     librivox: dict
     physics: Transcript
     out: Path
+    has_words: bool
 
 
 @pytest.fixture(scope="module", params=ENGINES)
@@ -44,7 +45,12 @@ def run(request, clips_dir: Path, base_model_dir, tmp_path_factory) -> Run:
 
     transcriber = load_transcriber(EngineOptions(engine=request.param, model="base"))
     words = LongformOptions(word_timestamps=True)
-    jfk = transcribe_audio(transcriber, load_audio(clips_dir / "jfk.flac"), words, path="jfk.flac")
+    jfk_audio = load_audio(clips_dir / "jfk.flac")
+    try:
+        jfk = transcribe_audio(transcriber, jfk_audio, words, path="jfk.flac")
+    except NotImplementedError:  # an engine still without align_words: test the rest, skip word tests
+        words = LongformOptions()
+        jfk = transcribe_audio(transcriber, jfk_audio, words, path="jfk.flac")
     libri = {
         ref: transcribe_audio(transcriber, load_audio(path), LongformOptions(), path=str(path))
         for path, ref in librivox_clips(clips_dir).items()
@@ -53,7 +59,7 @@ def run(request, clips_dir: Path, base_model_dir, tmp_path_factory) -> Run:
     out = tmp_path_factory.mktemp(f"batch-{request.param}")
     for name, tr in (("jfk", jfk), ("physics", physics)):
         write_outputs(tr, out / name, ("srt", "vtt", "json"), WriterOptions(word_timestamps=True))
-    return Run(request.param, jfk, libri, physics, out)
+    return Run(request.param, jfk, libri, physics, out, words.word_timestamps)
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +69,12 @@ def faster_whisper_words(clips_dir: Path, base_model_dir):
     model = WhisperModel(str(base_model_dir), device="cpu", compute_type="int8")
     segments, _ = model.transcribe(str(clips_dir / "jfk.flac"), beam_size=1, word_timestamps=True)
     return [w for s in segments for w in s.words]
+
+
+def _need_words(run: Run) -> None:
+    assert run.has_words or run.engine != "ct2"
+    if not run.has_words:
+        pytest.skip(f"the {run.engine} engine's align_words raises NotImplementedError")
 
 
 def test_wer_jfk(run: Run):
@@ -99,6 +111,7 @@ def test_srt_and_vtt_parse(run: Run, name: str):
 
 @pytest.mark.parametrize("name", ["jfk", "physics"])
 def test_word_timestamps_monotonic_and_inside_segments(run: Run, name: str):
+    _need_words(run)
     tr = getattr(run, name)
     words = [w for s in tr.segments for w in s.words]
     assert len(words) >= len(tr.text.split()) * 0.9
@@ -113,6 +126,7 @@ def test_word_timestamps_monotonic_and_inside_segments(run: Run, name: str):
 
 
 def test_words_agree_with_faster_whisper(run: Run, faster_whisper_words):
+    _need_words(run)
     ours = [w for s in run.jfk.segments for w in s.words]
     a = [normalize(w.text) for w in ours]
     b = [normalize(w.word) for w in faster_whisper_words]

@@ -200,7 +200,7 @@ def test_data_command_builds_a_small_set(tmp_path, capsys):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = tmp_path / "set"
-    assert module.main(["data", "--out", str(out), "--hours", "0.004", "--languages", "en"]) == 0
+    assert module.main(["data", "--out", str(out), "--hours", "0.004", "--languages", "en", "--backends", "espeak"]) == 0
     items = data.read_manifest(out)
     assert items and all(i.lang == "en" for i in items)
     assert all((out / i.audio).is_file() for i in items)

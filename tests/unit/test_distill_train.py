@@ -39,13 +39,17 @@ def tiny_target(seed: int = 0, n_layers: int = 3) -> TextDecoder:
 
 
 def greedy(dec: TextDecoder, enc: torch.Tensor, prompt: list[int], n: int) -> tuple[list[int], torch.Tensor]:
-    """The tiny target's own greedy tokens (eot forbidden until n) and its logits at each step."""
+    """The tiny target's own greedy text tokens (specials forbidden until eot at step n) and its
+    (rule-filtered) logits at each step."""
     session = dec.session(enc)
     logits = session.forward(prompt)[-1]
     tokens, rows = [], []
     for i in range(n + 1):
         row = logits.clone()
-        row[EOT] = -50.0 if i < n else row.abs().max() + 50.0
+        if i < n:
+            row[EOT:] = -50.0  # text tokens only, then end-of-text
+        else:
+            row[EOT] = row.abs().max() + 50.0
         rows.append(row)
         token = int(row.argmax())
         if token == EOT:
@@ -171,6 +175,9 @@ def test_export_loads_as_a_draft_decoder_and_checks_the_target(tmp_path):
     torch.testing.assert_close(draft.decoder.layers[1].mlp.fc1.weight, net.layers[1].mlp.fc1.weight, atol=2e-3, rtol=1e-3)
     with pytest.raises(ModelError, match="another target"):
         DraftDecoder.load(path, dec, "cd" * 32)
+    from specscribe.models.distill.export import checkpoint_sources
+
+    assert checkpoint_sources(path) == (0, 2)
     fresh = DraftNet(dec, (0, 2))
     meta = load_draft_into(fresh, path)
     assert meta["shared_cross_kv"] == "true" and json.loads(meta["training"]) == {"x": 1}
@@ -189,3 +196,37 @@ def test_reduced_vocabulary_checkpoint_keeps_its_ids(tmp_path):
 def test_bad_layer_index_is_a_clear_error():
     with pytest.raises(ValueError, match="out of range"):
         DraftNet(tiny_target(), (7,))
+
+
+def test_eval_reports_reduced_heads_and_step_costs(tmp_path):
+    from specscribe.models.distill import evaluate
+
+    dec = tiny_target()
+    write_labels(tmp_path, dec, n_items=4)
+    seqs = labels.read_labels(tmp_path)
+    examples = train.load_examples(tmp_path, seqs, EOT)
+    encoders = train.EncoderCache(tmp_path)
+    net = DraftNet(dec, (0, 1, 2))  # the whole target: agrees everywhere but at forced positions
+    reports, ids = evaluate.vocabulary_sweep(net, seqs, examples, encoders, [V - EOT], EOT, V)
+    assert reports["full"]["acceptance"] > 0.5  # raw argmax vs rule-filtered labels
+    assert reports[str(V - EOT)]["acceptance"] < 0.3  # specials only: right at end-of-text alone
+    assert net.vocab_ids is None  # restored
+    enc = encoders.get(examples[0].item).float().unsqueeze(0)
+    costs = evaluate.step_costs(dec, net, enc, [61, 62, 5], ids, ("float32",), rounds=1)
+    assert set(costs["float32"]) == {"target", "draft", f"draft_vocab_{V - EOT}"}
+    assert all(ms > 0 for ms in costs["float32"].values())
+
+
+def test_all_stage_parser_carries_every_stage_option():
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "distill_draft.py"
+    spec = importlib.util.spec_from_file_location("distill_draft", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module.build_parser().parse_args(["all", "--out", "x", "--hours", "0.1", "--steps", "5", "--shard", "1/2"])
+    for name in ("hours", "languages", "backends", "model", "top_k", "shard", "draft_out", "steps", "warmup",
+                 "layers", "follow", "init", "threads", "seed"):  # fmt: skip
+        assert hasattr(args, name), name
+    assert args.func is module.cmd_all and args.shard == "1/2"

@@ -170,3 +170,19 @@ def test_checkpoint_round_trip_and_refusal(tiny, tmp_path):
         DraftDecoder.load(tmp_path / "junk.safetensors", model.decoder, "a" * 64)
     with pytest.raises(ModelError, match="does not exist"):
         DraftDecoder.load(tmp_path / "missing.safetensors", model.decoder, "a" * 64)
+
+
+def test_build_drafter_choices(tiny):
+    from specscribe.models.draft import build_drafter
+
+    model, enc = tiny
+    draft = DraftDecoder.from_target(model.decoder)
+    rules = None
+    assert build_drafter("none", (1, 2), draft, enc, rules, 39) is None
+    assert isinstance(build_drafter("auto", (), None, enc, rules, 39), NgramDrafter)
+    assert isinstance(build_drafter("auto", (), draft, enc, rules, 39), DraftDecoderDrafter)
+    assert build_drafter("auto", (1, 2), None, enc, rules, 39).name == "hypothesis+ngram"
+    assert build_drafter("decoder", (1, 2), draft, enc, rules, 39).name == "hypothesis+decoder"
+    assert isinstance(build_drafter("ngram", (), draft, enc, rules, 39), NgramDrafter)
+    with pytest.raises(ValueError, match="unknown drafter"):
+        build_drafter("fast", (), draft, enc, rules, 39)

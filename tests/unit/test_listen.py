@@ -113,6 +113,7 @@ def test_finalize_commits_and_the_session_goes_on(server):
         (b"\x00\x01" * 100, "protocol_error", P.CloseCode.PROTOCOL_ERROR),  # audio before config
         ('{"type":"config","sample_rate":1000000}', "invalid_config", P.CloseCode.INVALID_CONFIG),
         ('{"type":"config","encoding":"opus"}', "invalid_config", P.CloseCode.INVALID_CONFIG),
+        ('{"type":"config","language":"xx"}', "invalid_config", P.CloseCode.INVALID_CONFIG),  # not a Whisper language
     ],
 )
 def test_bad_first_frame_gets_fatal_error_and_close_code(server, first, error_code, close_code):
@@ -209,6 +210,15 @@ def test_idle_timeout_and_session_limit():
         assert code == P.CloseCode.SESSION_LIMIT
         assert messages[-1]["code"] == "session_limit"
         assert [m["text"] for m in messages if m["type"] == "final"][0] == "w2 w3"
+        _assert_released(srv)
+
+
+def test_a_stream_the_model_cannot_keep_up_with_is_closed_as_overloaded():
+    with start(limits=replace(LIMITS, max_backlog_seconds=1.0), delay=0.05) as srv:
+        audio = np.concatenate([utterance([lv % 9 + 1] * 2, gap_s=0.1) for lv in range(20)])  # 11 s, sent at once
+        messages, code = run(session(srv.ws_url, [config(), *chunks(audio)]))
+        assert code == P.CloseCode.TRY_AGAIN_LATER
+        assert messages[-1]["code"] == "server_overloaded" and messages[-1]["fatal"]
         _assert_released(srv)
 
 

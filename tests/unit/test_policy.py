@@ -112,3 +112,23 @@ def test_skip_drops_silence_only_when_nothing_is_pending():
     p.finish(words("pending"))
     p.skip(5.0)
     assert p.window()[0] == 5.0
+
+
+def test_unsure_recent_words_wait_for_more_audio():
+    p = LocalAgreement(LocalAgreementOptions(min_probability=0.5, confident_after=1.5))
+    unsure = [Word(0.0, 0.5, " Howdy", 0.4), Word(0.6, 1.0, " Mary", 0.3)]
+    p.insert_audio(1.5)
+    p.process(unsure)
+    p.insert_audio(1.9)
+    assert p.process(unsure).committed == ()  # agreed twice, but unsure and recent
+    p.insert_audio(2.5)
+    sure = [Word(0.0, 0.4, " Had", 0.9), Word(0.4, 0.6, " he", 0.9), Word(0.6, 1.0, " married", 0.9)]
+    assert p.process(sure).committed == ()  # the text changed: nothing agreed
+    p.insert_audio(3.0)
+    assert texts(p.process(sure).committed) == ["Had", "he", "married"]
+    # an unsure word is committed once it is old enough
+    p.insert_audio(3.5)
+    late = sure + [Word(1.2, 1.6, " woman", 0.3)]
+    p.process(late)
+    p.insert_audio(3.6)
+    assert texts(p.process(late).committed) == ["woman"]

@@ -132,7 +132,7 @@ def test_every_server_message_matches_the_schema():
 
 
 @given(st.one_of(st.text(max_size=300), st.binary(max_size=300)), st.booleans())
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_fuzz_parser_raises_only_protocol_errors(text, expect_config):
     try:
         msg = P.parse_text(text, expect_config=expect_config)
@@ -151,7 +151,7 @@ _json_values = st.recursive(
 
 
 @given(st.dictionaries(st.sampled_from(sorted(P._CONFIG_KEYS) + ["extra"]), _json_values, max_size=8))
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 def test_fuzz_config_objects_agree_with_the_schema(fields):
     """Any JSON object: the parser accepts it exactly when the schema does (type forced to config)."""
     fields = {**fields, "type": "config"}
@@ -167,7 +167,7 @@ def test_fuzz_config_objects_agree_with_the_schema(fields):
 
 
 @given(st.binary(max_size=64), st.sampled_from(list(P.ENCODINGS)), st.integers(1, 3))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_fuzz_audio_frames(data, encoding, channels):
     cfg = P.ClientConfig(encoding=encoding, channels=channels)
     try:

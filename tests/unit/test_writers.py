@@ -179,3 +179,28 @@ def test_srt_timestamps_match_pattern():
     pattern = re.compile(r"^\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}$")
     lines = [l for l in to_srt(SEGS).splitlines() if "-->" in l]
     assert lines and all(pattern.match(l) for l in lines)
+
+
+def test_word_split_prefers_a_clause_boundary():
+    text = "ask not what your country can do for you, ask what you can do for your country."
+    seg = Segment(0.0, 17.0, " " + text, words=_words(text, 0.0, 1.0))
+    cues = make_cues([seg], width=30, count=2)  # 81 characters: three lines of 30, so two cues
+    assert " ".join(cues[0].lines).endswith("for you,")
+    assert cues[0].end == 9.0 and cues[1].start == 9.0
+    assert " ".join(" ".join(c.lines) for c in cues) == text
+
+
+def test_failed_write_removes_the_other_files_of_the_same_input(tmp_path: Path, monkeypatch):
+    calls = []
+    real = writers.write_atomic
+
+    def flaky(path, text):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real(path, text)
+
+    monkeypatch.setattr(writers, "write_atomic", flaky)
+    with pytest.raises(OSError):
+        write_outputs(_transcript(SEGS), tmp_path / "clip", writers.FORMATS, WriterOptions())
+    assert list(tmp_path.iterdir()) == []

@@ -147,38 +147,4 @@ class FakeSession:
         return events
 
 
-class ServerThread:
-    """Runs an ASGI app under uvicorn in a background thread on a free loopback port.
-
-    Usage: with ServerThread(app, options) as srv: srv.ws_url, srv.http_url.
-    """
-
-    def __init__(self, app, options) -> None:
-        import threading
-
-        import uvicorn
-
-        from specscribe.web.server import bind_socket, uvicorn_config
-
-        self.sock = bind_socket("127.0.0.1", 0)
-        self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn_config(app, options))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.http_url = f"http://127.0.0.1:{self.port}"
-        self.ws_url = f"ws://127.0.0.1:{self.port}/v1/listen"
-
-    def __enter__(self) -> "ServerThread":
-        import time
-
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:  # start-up handshake of a test fixture, bounded
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("test server did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
+from specscribe.web.server import BackgroundServer as ServerThread  # noqa: E402  (re-export for the tests)

@@ -1,0 +1,77 @@
+"""The server on the real model (ct2 engine, base) and the real StreamSession: JFK over the WebSocket, and
+the OpenAI-compatible endpoint driven by the `openai` Python client."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from specscribe.clips import JFK_TEXT
+
+pytestmark = pytest.mark.integration
+
+
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z' ]", " ", text.lower()).split())
+
+
+def wer(ref: str, hyp: str) -> float:
+    import jiwer
+
+    return jiwer.wer(_words(ref), _words(hyp) or "<empty>")
+
+
+@pytest.fixture(scope="module")
+def server(base_model_dir):
+    from specscribe.models.engines import EngineOptions, load_transcriber
+    from specscribe.web.server import BackgroundServer, ServerOptions, create_app
+
+    transcriber = load_transcriber(EngineOptions(engine="ct2", model=str(base_model_dir)))
+    options = ServerOptions()
+    with BackgroundServer(create_app(transcriber, options), options) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def jfk(clips_dir):
+    from specscribe.pipeline.audio import load_audio
+
+    return load_audio(clips_dir / "jfk.flac")
+
+
+def test_websocket_jfk_with_translation(server, jfk):
+    from specscribe.web.client import StreamRequest, stream_audio
+
+    request = StreamRequest(url=server.ws_url, language="en", translate=True, speed=4.0, tail_silence=1.0)
+    result = asyncio.run(stream_audio(jfk, request))
+    kinds = [m["type"] for m in result.messages]
+    assert kinds[0] == "ready" and result.close_code == 1000 and not result.errors
+    assert kinds[-1] == "stats" and result.messages[-1]["reason"] == "close"  # every final came before the close
+    assert {"speech_start", "speech_end", "partial", "final", "translation"} <= set(kinds)
+    assert wer(JFK_TEXT, result.text) < 0.2, result.text
+    assert [f["id"] for f in result.finals] == list(range(len(result.finals)))
+    starts = [f["start"] for f in result.finals]
+    assert starts == sorted(starts) and result.finals[-1]["end"] <= len(jfk) / 16000 + 1.0
+    english = " ".join(m["text"] for m in result.messages if m["type"] == "translation")
+    assert wer(JFK_TEXT, english) < 0.5, english
+    stats = result.messages[-1]["stats"]
+    assert stats["finals"] == len(result.finals) and stats["audio_seconds"] >= len(jfk) / 16000
+
+
+def test_openai_client_against_the_endpoint(server, clips_dir):
+    openai = pytest.importorskip("openai")  # in the test extra; raw-HTTP checks are in tests/unit/test_http_api.py
+    client = openai.OpenAI(base_url=server.http_url + "/v1", api_key="unused", timeout=300, max_retries=0)
+    with open(clips_dir / "jfk.flac", "rb") as fh:
+        result = client.audio.transcriptions.create(model="whisper-1", file=fh, language="en")
+    assert wer(JFK_TEXT, result.text) < 0.15, result.text
+    with open(clips_dir / "jfk.flac", "rb") as fh:
+        verbose = client.audio.transcriptions.create(
+            model="whisper-1", file=fh, response_format="verbose_json", timestamp_granularities=["word", "segment"]
+        )
+    assert verbose.language == "en" and 10.0 < verbose.duration < 12.0
+    assert verbose.segments and verbose.words and wer(JFK_TEXT, verbose.text) < 0.15
+    with open(clips_dir / "jfk.flac", "rb") as fh:
+        srt = client.audio.transcriptions.create(model="whisper-1", file=fh, response_format="srt")
+    assert srt.startswith("1\n00:00:00,") and "country" in srt.lower()

@@ -1,0 +1,72 @@
+"""Input collection for batch runs: folder walking, output stems, stdin, missing inputs, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specscribe.pipeline.batch import (
+    BatchOptions,
+    BatchReport,
+    InputItem,
+    _should_skip,
+    _split,
+    collect_inputs,
+    summary_line,
+)
+
+
+def _touch(path: Path, size: int = 10) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    return path
+
+
+def test_folders_walked_recursively_for_media_only(tmp_path: Path):
+    _touch(tmp_path / "a.wav")
+    _touch(tmp_path / "deep" / "er" / "b.MP4")
+    _touch(tmp_path / "notes.txt")
+    _touch(tmp_path / ".hidden" / "c.wav")
+    items, errors = collect_inputs([str(tmp_path)])
+    assert errors == []
+    assert [it.stem for it in items] == [Path("a"), Path("deep/er/b")]
+
+
+def test_explicit_file_tried_whatever_its_extension_and_missing_reported(tmp_path: Path):
+    text = _touch(tmp_path / "letter.txt")
+    items, errors = collect_inputs([str(text), str(tmp_path / "nope.wav")])
+    assert [it.path for it in items] == [text]
+    assert errors == [f"{tmp_path / 'nope.wav'}: no such file or directory"]
+
+
+def test_empty_folder_is_an_error(tmp_path: Path):
+    (tmp_path / "empty").mkdir()
+    items, errors = collect_inputs([str(tmp_path / "empty")])
+    assert items == [] and "no audio or video files" in errors[0]
+
+
+def test_same_stem_keeps_extension_and_stdin_named_stdin(tmp_path: Path):
+    a, b = _touch(tmp_path / "x.wav"), _touch(tmp_path / "x.mp3")
+    items, _ = collect_inputs([str(a), str(b), "-"], stdin=b"RIFF")
+    assert [str(it.stem) for it in items] == ["x.wav", "x.mp3", "stdin"]
+    assert items[2].path is None and items[2].data == b"RIFF" and items[2].display == "-"
+
+
+def test_skip_existing_needs_every_output(tmp_path: Path):
+    item = InputItem("a.wav", tmp_path / "a.wav", Path("a"))
+    options = BatchOptions(formats=("txt", "srt"), output_dir=tmp_path, skip_existing=True)
+    _touch(tmp_path / "a.txt")
+    assert not _should_skip(item, options)
+    _touch(tmp_path / "a.srt")
+    assert _should_skip(item, options)
+    assert not _should_skip(item, BatchOptions(formats=("txt", "srt"), output_dir=tmp_path))
+
+
+def test_split_balances_by_size(tmp_path: Path):
+    items = [InputItem(str(p), p, Path(p.stem)) for p in (_touch(tmp_path / f"{i}.wav", s) for i, s in enumerate([100, 1, 50, 60]))]
+    shares = _split(items, 2)
+    assert [[it.path.name for it in share] for share in shares] == [["0.wav", "2.wav"], ["3.wav", "1.wav"]]
+
+
+def test_summary_line():
+    line = summary_line(BatchReport(done=2, failed=1, skipped=3, audio_seconds=60.0, wall_seconds=6.0))
+    assert line == "specscribe: 2 transcribed, 1 failed, 3 skipped (outputs exist); 60.0 s of audio in 6.0 s (10.0x real time)"

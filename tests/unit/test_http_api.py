@@ -1,0 +1,81 @@
+"""The OpenAI-compatible REST endpoint's input checks and formats (fake transcriber; no weights)."""
+
+from __future__ import annotations
+
+import io
+import wave
+
+import httpx
+import numpy as np
+import pytest
+from web_fakes import FakeSession, FakeTranscriber, ServerThread
+
+from specscribe.models.types import Segment, Word
+from specscribe.web.http_api import render, subtitles
+from specscribe.web.security import SecurityOptions
+from specscribe.web.server import ServerOptions, create_app
+
+
+@pytest.fixture(scope="module")
+def server():
+    options = ServerOptions(security=SecurityOptions(api_key="k"), max_upload_bytes=200_000)
+    with ServerThread(create_app(FakeTranscriber(), options, FakeSession), options) as srv:
+        yield srv
+
+
+def _wav(seconds: float = 0.5) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes(np.zeros(int(seconds * 16000), dtype="<i2").tobytes())
+    return buf.getvalue()
+
+
+def post(srv, files=None, data=None, key="k"):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(srv.http_url + "/v1/audio/transcriptions", files=files, data=data, headers=headers, timeout=30)
+
+
+def test_needs_the_api_key(server):
+    r = post(server, files={"file": ("a.wav", _wav())}, key=None)
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert post(server, files={"file": ("a.wav", _wav())}, key="wrong").status_code == 401
+
+
+@pytest.mark.parametrize(
+    "files, data, status, param",
+    [
+        (None, {"model": "whisper-1"}, 400, "file"),
+        ({"file": ("a.wav", b"this is not audio at all")}, None, 400, "file"),
+        ({"file": ("a.wav", _wav())}, {"response_format": "docx"}, 400, "response_format"),
+        ({"file": ("a.wav", b"\0" * 300_000)}, None, 413, "file"),
+    ],
+)
+def test_bad_requests_get_openai_style_errors(server, files, data, status, param):
+    r = post(server, files=files, data=data)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error" and "Traceback" not in r.text
+
+
+def test_models_endpoint(server):
+    r = httpx.get(server.http_url + "/v1/models", headers={"X-API-Key": "k"}, timeout=10)
+    assert r.json()["data"][0]["id"] == "fake-model"
+
+
+def test_render_formats():
+    class T:
+        text = "ask not"
+        language = "en"
+        duration = 3.0
+        segments = (Segment(0.0, 1.5, " ask", (1,), (Word(0.0, 1.5, " ask"),)), Segment(1.5, 3.25, " not", (2,)))
+
+    assert render(T, "json", "transcribe", False).body == b'{"text":"ask not"}'
+    assert render(T, "text", "transcribe", False).body == b"ask not\n"
+    srt = subtitles(T.segments, "srt")
+    assert srt.startswith("1\n00:00:00,000 --> 00:00:01,500\nask\n") and "00:00:03,250" in srt
+    assert subtitles(T.segments, "vtt").startswith("WEBVTT")
+    import json
+
+    verbose = json.loads(render(T, "verbose_json", "transcribe", True).body)
+    assert verbose["segments"][1]["start"] == 1.5 and verbose["words"] == [{"word": "ask", "start": 0.0, "end": 1.5}]
