@@ -65,7 +65,7 @@ class TerminalCaptions:
         room = self.width - 1
         shown = self._line[-room:]
         partial = self._partial[-max(0, room - len(shown) - 1) :] if self._partial else ""
-        text = shown + (f" {DIM}{partial}{RESET}" if partial else "")
+        text = shown + (f"{' ' if shown else ''}{DIM}{partial}{RESET}" if partial else "")
         self.out.write(CLEAR_LINE + text)
         self.out.flush()
 

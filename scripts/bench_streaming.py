@@ -179,7 +179,7 @@ def main(argv=None) -> int:
         options = StreamOptions(language="en", translate=translate, update_interval=args.update_interval, draft=draft != "none")
         all_p, all_f, per_clip, totals = [], [], {}, {"audio_s": 0.0, "compute_s": 0.0, "charged_s": 0.0, "wall_s": 0.0, "tokens": 0, "target_passes": 0}
         for name, audio in clips.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             timer = time.perf_counter if args.charge == "wall" else cpu_clock(args.threads)
             events = asyncio.run(simulate(tr, audio, options, args.chunk, timer))
             wall = time.perf_counter() - t0

@@ -83,6 +83,16 @@ class DraftNet(nn.Module):
         self._ln = [copy.deepcopy(target.ln).float().requires_grad_(False)]  # final LN, the target's
         self.vocab_ids = None if vocab_ids is None else vocab_ids.long()
 
+    def to_device(self, device: str | torch.device) -> "DraftNet":
+        """Move the trainable layers and the shared frozen tensors."""
+        self.to(device)
+        self._embedding = [self._embedding[0].to(device)]
+        self._positions = [self._positions[0].to(device)]
+        self._ln = [self._ln[0].to(device)]
+        if self.vocab_ids is not None:
+            self.vocab_ids = self.vocab_ids.to(device)
+        return self
+
     @property
     def embedding(self) -> torch.Tensor:
         return self._embedding[0]

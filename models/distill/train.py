@@ -134,7 +134,7 @@ class CrossCache:
         """Per layer (K, V), each (B, H, S, Dh) float32, for the items in order."""
         for item in items:
             if item not in self._cache:
-                enc = self.encoders.get(item).float().unsqueeze(0)  # (1, S, d)
+                enc = self.encoders.get(item).float().unsqueeze(0).to(self.net.embedding.device)  # (1, S, d)
                 self._cache[item] = [(k.half(), v.half()) for k, v in self.net.cross_keys_values(enc)]
         per_layer = zip(*(self._cache[item] for item in items))
         return [(torch.cat([k for k, _ in kv]).float(), torch.cat([v for _, v in kv]).float()) for kv in per_layer]
@@ -161,7 +161,9 @@ class Batch:
     topk_indices: torch.Tensor
 
 
-def collate(examples: Sequence[Example], encoders: EncoderCache, head_index: torch.Tensor | None) -> Batch:
+def collate(
+    examples: Sequence[Example], encoders: EncoderCache, head_index: torch.Tensor | None, device: str = "cpu"
+) -> Batch:
     """head_index: (V,) long map from token id to head row (-1: not in the head), None = identity."""
     b, length, k = len(examples), max(len(e.inputs) for e in examples), examples[0].topk_values.shape[1]
     tokens = torch.zeros(b, length, dtype=torch.long)
@@ -181,7 +183,8 @@ def collate(examples: Sequence[Example], encoders: EncoderCache, head_index: tor
         values[i, rows] = torch.where(idx >= 0, e.topk_values, torch.full_like(e.topk_values, -1.0e4))
         indices[i, rows] = idx
     enc = torch.stack([encoders.get(e.item) for e in examples]).float()
-    return Batch(tokens, enc, mask, targets, values, indices)
+    parts = (tokens, enc, mask, targets, values, indices)
+    return Batch(*(t.to(device) for t in parts))
 
 
 def distill_loss(logits: torch.Tensor, batch: Batch, kl_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
@@ -213,7 +216,7 @@ def head_index_of(vocab_ids: torch.Tensor | None, n_vocab: int) -> torch.Tensor 
     if vocab_ids is None:
         return None
     index = torch.full((n_vocab,), -1, dtype=torch.long)
-    index[vocab_ids] = torch.arange(len(vocab_ids))
+    index[vocab_ids.cpu()] = torch.arange(len(vocab_ids))  # batches are built on the CPU
     return index
 
 
@@ -244,7 +247,7 @@ def evaluate(
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             chunk = examples[i : i + batch_size]
-            batch = collate(chunk, encoders, head_index)
+            batch = collate(chunk, encoders, head_index, str(net.embedding.device))
             pred = net(batch.tokens, batch.enc, _cross(net, crosses, chunk), batch.mask).argmax(-1)  # (M,)
             targets = batch.targets[batch.mask]  # (M,)
             ok = ((pred == targets) & (targets >= 0)).tolist()
@@ -276,6 +279,8 @@ def train(
     if not train_set:
         raise ValueError("no training sequences: run the label stage (or check its filters)")
     rng = random.Random(options.seed)
+    if options.device != "cpu":
+        net.to_device(options.device)
     head_index = head_index_of(net.vocab_ids, net.embedding.shape[0])
     params = net.trainable_parameters()
     opt = torch.optim.AdamW(params, lr=options.lr, weight_decay=options.weight_decay)
@@ -296,7 +301,7 @@ def train(
         for group in opt.param_groups:
             group["lr"] = lr_at(step - 1)
         chunk = rng.sample(list(train_set), min(options.batch_size, len(train_set)))
-        batch = collate(chunk, encoders, head_index)
+        batch = collate(chunk, encoders, head_index, options.device)
         context, _ = _autocast(options)
         with context:
             logits = net(batch.tokens, batch.enc, _cross(net, crosses, chunk), batch.mask)  # (M, N)

@@ -192,9 +192,11 @@ async def _live(source, transcriber, options, output: str | None) -> int:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.remove_signal_handler(signal.SIGINT)
     stats = next((e.stats for e in events if e.type == "stats"), None) or {}
+    tpp = stats.get("tokens_per_target_pass") or 0
     print(
         f"[{stats.get('audio_s', 0):.1f} s audio, real-time factor {stats.get('rtf', 0):.2f}, "
-        f"{stats.get('tokens_per_target_pass', 0):.2f} tokens per target pass, {stats.get('finals', 0)} finals]",
+        + (f"{tpp:.2f} tokens per target pass, " if tpp else "")
+        + f"{stats.get('finals', 0)} finals]",
         file=sys.stderr,
     )
     if error is not None:
