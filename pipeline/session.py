@@ -184,7 +184,9 @@ class StreamSession:
                 events += await self._on_vad(ev)
             if self._in_speech:
                 self._policy.insert_audio(self._ring.end / SAMPLE_RATE)
-                if self._ring.end - self._last_update >= self.options.update_interval * SAMPLE_RATE:
+                due = self._ring.end - self._last_update >= self.options.update_interval * SAMPLE_RATE
+                # a pause inside an utterance adds nothing to decode: wait for speech (or its end)
+                if due and self._vad.speech_seconds(self._last_update, self._ring.end) > 0:
                     events += await self._update(final=False, end=self._ring.end)
             elif self._ring.end - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:
                 self._policy.skip(self._reach_back() / SAMPLE_RATE)  # long silence: no context kept

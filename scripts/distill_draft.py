@@ -88,7 +88,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     encoders = train.EncoderCache(Path(args.data))
     result: dict = {"draft": args.draft, "val_sequences": len(val)}
     init = None
-    if args.layers:
+    if args.layers and not args.timing_only:
         init = DraftNet(target, tuple(int(x) for x in args.layers.split(",")))
         result["untrained_init"] = train.evaluate(init, val, encoders)
     net = init
@@ -99,9 +99,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if net is None:
         raise ValueError("give --draft or --layers")
     sizes = [int(x) for x in args.vocab_sizes.split(",") if x]
-    result["acceptance"], ids = evaluate.vocabulary_sweep(
-        net, train_seqs, val, encoders, sizes, info["eot"], info["n_vocab"]
-    )
+    if args.timing_only:
+        ids = {n: train.reduced_vocabulary(train_seqs, n, info["eot"], info["n_vocab"]) for n in sizes}
+    else:
+        result["acceptance"], ids = evaluate.vocabulary_sweep(
+            net, train_seqs, val, encoders, sizes, info["eot"], info["n_vocab"]
+        )
     enc = encoders.get(val[0].item).float().unsqueeze(0)
     prompt = list(val[0].inputs[: val[0].start + 1 + 20])
     result["step_ms"] = evaluate.step_costs(target, net, enc, prompt, ids, args.compute_types.split(","))
@@ -175,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-types", default="float32,int8")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json-out", default="")
+    p.add_argument("--timing-only", action="store_true", help="only the step costs")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("all", help="data, label and train in one go")
     data_args(p)

@@ -14,8 +14,8 @@ from specscribe.models.distill.train import EncoderCache, Example, evaluate, red
 from specscribe.models.whisper import TextDecoder
 
 
-def step_ms(decoder: TextDecoder, enc: torch.Tensor, prompt: Sequence[int], steps: int = 30) -> float:
-    """Median ms of a one-token decoder pass after `prompt` (the cache is cropped back each time)."""
+def step_ms(decoder: TextDecoder, enc: torch.Tensor, prompt: Sequence[int], steps: int = 30) -> list[float]:
+    """ms of each of `steps` one-token decoder passes after `prompt` (the cache cropped back each time)."""
     session = decoder.session(enc)
     session.forward(list(prompt))
     times = []
@@ -25,7 +25,7 @@ def step_ms(decoder: TextDecoder, enc: torch.Tensor, prompt: Sequence[int], step
         session.forward([token])
         times.append((time.perf_counter() - started) * 1000)
         session.crop(len(prompt))
-    return round(statistics.median(times), 3)
+    return times
 
 
 def prepared(decoder: TextDecoder, compute_type: str) -> TextDecoder:
@@ -43,7 +43,9 @@ def step_costs(
     compute_types: Sequence[str] = ("float32", "int8"),
     rounds: int = 3,
 ) -> dict[str, Any]:
-    """{compute type: {target, draft, draft_vocab_N...}} ms per one-token step, interleaved rounds."""
+    """{compute type: {target, draft, draft_vocab_N...: {min, median}}} ms per one-token step, the
+    decoders interleaved round by round. On a busy machine the median includes time the process
+    was not scheduled; the minimum is the better estimate of the cost itself."""
     out: dict[str, Any] = {}
     saved = net.vocab_ids
     for ct in compute_types:
@@ -57,8 +59,10 @@ def step_costs(
             samples: dict[str, list[float]] = {name: [] for name in decoders}
             for _ in range(rounds):
                 for name, dec in decoders.items():
-                    samples[name].append(step_ms(dec, enc_ct, prompt))
-        out[ct] = {name: round(min(v), 3) for name, v in samples.items()}
+                    samples[name] += step_ms(dec, enc_ct, prompt)
+        out[ct] = {
+            name: {"min": round(min(v), 3), "median": round(statistics.median(v), 3)} for name, v in samples.items()
+        }
     return out
 
 

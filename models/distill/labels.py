@@ -248,7 +248,7 @@ def label_dataset(
 
 
 @dataclass(frozen=True)
-class Sequence_:
+class LabelledSequence:
     """A kept pseudo-label, ready for training.
 
     Attributes:
@@ -270,7 +270,7 @@ class Sequence_:
     tokens: tuple[int, ...]
 
 
-def read_labels(folder: Path, kept_only: bool = True) -> list[Sequence_]:
+def read_labels(folder: Path, kept_only: bool = True) -> list[LabelledSequence]:
     """Every labelled sequence (all shards' files), in item order."""
     out_dir = Path(folder) / "labels"
     if not _label_files(out_dir):
@@ -280,7 +280,7 @@ def read_labels(folder: Path, kept_only: bool = True) -> list[Sequence_]:
         if kept_only and not row["kept"]:
             continue
         fields = {k: row[k] for k in ("seq", "item", "split", "lang", "task", "timestamps")}
-        out.append(Sequence_(**fields, prompt=tuple(row["prompt"]), tokens=tuple(row["tokens"])))
+        out.append(LabelledSequence(**fields, prompt=tuple(row["prompt"]), tokens=tuple(row["tokens"])))
     return out
 
 

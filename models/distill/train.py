@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from specscribe.models.distill.labels import Sequence_, read_labels
+from specscribe.models.distill.labels import LabelledSequence, read_labels
 from specscribe.models.distill.metrics import acceptance_report
 from specscribe.models.distill.net import DraftNet
 
@@ -90,7 +90,7 @@ class Example:
     group: str
 
 
-def load_examples(folder: Path, sequences: Sequence[Sequence_], eot: int) -> list[Example]:
+def load_examples(folder: Path, sequences: Sequence[LabelledSequence], eot: int) -> list[Example]:
     out = []
     for s in sequences:
         z = np.load(Path(folder) / "labels" / "topk" / f"{s.seq}.npz")
@@ -205,7 +205,7 @@ def distill_loss(logits: torch.Tensor, batch: Batch, kl_weight: float) -> tuple[
     return loss, {"kl": float(kl.detach()), "ce": float(ce.detach())}
 
 
-def reduced_vocabulary(sequences: Sequence[Sequence_], size: int, first_special: int, n_vocab: int) -> torch.Tensor:
+def reduced_vocabulary(sequences: Sequence[LabelledSequence], size: int, first_special: int, n_vocab: int) -> torch.Tensor:
     """The `size` most frequent label tokens plus every special and timestamp id (>= first_special)."""
     counts = Counter(t for s in sequences for t in s.tokens if t < first_special)
     common = [t for t, _ in counts.most_common(max(0, size - (n_vocab - first_special)))]

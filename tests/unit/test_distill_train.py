@@ -147,7 +147,7 @@ class _Const:
 
 
 def test_reduced_vocabulary_keeps_specials_and_maps_targets(tmp_path):
-    seqs = [labels.Sequence_("s", "i", "train", "en", "transcribe", False, (61,), (3, 3, 3, 7, 7, 9))]
+    seqs = [labels.LabelledSequence("s", "i", "train", "en", "transcribe", False, (61,), (3, 3, 3, 7, 7, 9))]
     ids = train.reduced_vocabulary(seqs, size=V - EOT + 2, first_special=EOT, n_vocab=V)
     assert ids.tolist() == [3, 7] + list(range(EOT, V))
     index = train.head_index_of(ids, V)
@@ -214,7 +214,7 @@ def test_eval_reports_reduced_heads_and_step_costs(tmp_path):
     enc = encoders.get(examples[0].item).float().unsqueeze(0)
     costs = evaluate.step_costs(dec, net, enc, [61, 62, 5], ids, ("float32",), rounds=1)
     assert set(costs["float32"]) == {"target", "draft", f"draft_vocab_{V - EOT}"}
-    assert all(ms > 0 for ms in costs["float32"].values())
+    assert all(0 < c["min"] <= c["median"] for c in costs["float32"].values())
 
 
 def test_all_stage_parser_carries_every_stage_option():
