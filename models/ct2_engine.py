@@ -114,7 +114,10 @@ class Ct2Engine:
         prompt = self._fw.get_prompt(
             tokenizer, list(request.prompt_tokens), without_timestamps=not request.timestamps
         )
-        max_length = min(MAX_LENGTH, len(prompt) + request.max_new_tokens)
+        # CTranslate2 reads max_length as a total and halves it for Whisper (its cap is
+        # min(max_length // 2, max_length - prompt + 1)); faster-whisper passes the full 448.
+        # Passing 448 and the request's cap as max_length // 2 keeps both engines alike.
+        max_length = min(MAX_LENGTH, 2 * request.max_new_tokens)
         if request.temperature > 0:
             import ctranslate2
 

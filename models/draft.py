@@ -255,7 +255,7 @@ def load_draft_decoder(
     if path is None:
         return DraftDecoder.from_target(target) if untrained_ok else None
     draft = DraftDecoder.load(path, target, target_sha256(folder, model_name))
-    if compute_type == "int8":
+    if compute_type in ("int8", "int8_float32"):  # drafts need not be lossless: int8 everywhere
         from specscribe.models.compute import prepare_model
 
         draft.decoder.layers = prepare_model(draft.decoder.layers, "int8", "cpu")

@@ -29,7 +29,8 @@ class EngineOptions:
         engine: "spec" (torch, speculative) or "ct2" (faster-whisper baseline).
         model: a model name from `specscribe models list` or a path to a CTranslate2 Whisper folder.
         device: "auto", "cpu" or "cuda".
-        compute_type: "auto", "float32", "bfloat16", "float16" or "int8".
+        compute_type: "auto", "float32", "bfloat16", "float16", "int8" or "int8_float32"
+            (int8 encoder, float32 decoder: the CPU default without fast bf16; see models/compute.py).
         draft: drafter for the spec engine: auto (best available), none, decoder or ngram.
         draft_model: path to a draft checkpoint (safetensors); None uses the shipped default.
         threads: CPU threads for the engine; 0 lets the library choose.

@@ -107,7 +107,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     enc = encoders.get(val[0].item).float().unsqueeze(0)
     prompt = list(val[0].inputs[: val[0].start + 1 + 20])
-    result["step_ms"] = evaluate.step_costs(target, net, enc, prompt, ids, args.compute_types.split(","))
+    compute_types = [c for c in args.compute_types.split(",") if c]
+    if compute_types:  # an empty --compute-types skips the timing
+        result["step_ms"] = evaluate.step_costs(target, net, enc, prompt, ids, compute_types)
     print(json.dumps(result, indent=1))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))

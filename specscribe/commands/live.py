@@ -13,6 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
+from specscribe.commands.engine_args import add_engine_args, engine_options
 from specscribe.pipeline.audio import AudioError
 
 
@@ -28,16 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--realtime", action="store_true", help="play --input at real-time pace (else as fast as possible)")
     a.add_argument("--list-devices", action="store_true", help="list audio input devices and exit")
     a.add_argument("--device", default=None, metavar="N|NAME", help="input device index or part of its name")
-    g = p.add_argument_group("model")
-    g.add_argument("--engine", choices=("spec", "ct2"), default=None,
-                   help="spec: torch + speculative decoding (default); ct2: faster-whisper baseline")
-    g.add_argument("--model", default="base", help="model name (specscribe models list) or CTranslate2 folder")
-    g.add_argument("--model-device", default="auto", choices=("auto", "cpu", "cuda"), help="where the model runs")
-    g.add_argument("--compute-type", default="auto", choices=("auto", "float32", "bfloat16", "float16", "int8"))
-    g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"),
-                   help="drafter for the spec engine (the previous hypothesis is always tried first)")
-    g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (spec engine)")
-    g.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: library default)")
+    add_engine_args(p, device_flag="--model-device")
     s = p.add_argument_group("captions")
     s.add_argument("--language", default=None, help="ISO code such as en or de (default: detect)")
     s.add_argument("--translate", action="store_true", help="also show an English translation of each sentence")
@@ -96,16 +88,10 @@ def run(args: argparse.Namespace) -> int:
         source = sources.MicrophoneSource(args.device)
         print(f"listening on {source.device.name} (Ctrl-C to stop)", file=sys.stderr)
 
-    from specscribe.models.engines import EngineOptions, load_transcriber
+    from specscribe.models.engines import load_transcriber
     from specscribe.pipeline.types import StreamOptions
 
-    engine = args.engine or _default_engine()
-    transcriber = load_transcriber(
-        EngineOptions(
-            engine=engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
-            draft=args.draft, draft_model=args.draft_model, threads=args.threads,
-        )
-    )
+    transcriber = load_transcriber(engine_options(args))
     options = StreamOptions(
         language=language,
         translate=args.translate,
@@ -114,12 +100,6 @@ def run(args: argparse.Namespace) -> int:
         draft=args.draft != "none",
     )
     return asyncio.run(_live(source, transcriber, options, args.output))
-
-
-def _default_engine() -> str:
-    import importlib.util
-
-    return "spec" if importlib.util.find_spec("specscribe.models.spec_engine") else "ct2"
 
 
 async def _live(source, transcriber, options, output: str | None) -> int:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import ipaddress
 import os
 import sys
+
+from specscribe.commands.engine_args import add_engine_args, engine_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,15 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lim.add_argument("--max-backlog-seconds", type=float, default=60.0,
                      help="unprocessed audio a stream may have before it is closed as overloaded (default: %(default)s)")
     lim.add_argument("--max-upload-mb", type=float, default=200.0, help="largest file for the REST endpoint (default: %(default)s)")
-    g = p.add_argument_group("model")
-    g.add_argument("--engine", choices=("spec", "ct2"), default=None,
-                   help="spec: torch + speculative decoding (default); ct2: faster-whisper baseline")
-    g.add_argument("--model", default="base", help="model name (specscribe models list) or CTranslate2 folder")
-    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="where the model runs")
-    g.add_argument("--compute-type", default="auto", choices=("auto", "float32", "bfloat16", "float16", "int8"))
-    g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"), help="drafter (spec engine)")
-    g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (spec engine)")
-    g.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: library default)")
+    add_engine_args(p)
     s = p.add_argument_group("streaming")
     s.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between decode updates")
     s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
@@ -55,7 +48,7 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from specscribe.models.engines import EngineOptions, load_transcriber
+    from specscribe.models.engines import load_transcriber
     from specscribe.pipeline.types import StreamOptions
     from specscribe.web import protocol as P
     from specscribe.web.security import API_KEY_ENV, SecurityOptions
@@ -79,16 +72,12 @@ def run(args: argparse.Namespace) -> int:
         stream_defaults=replace(StreamOptions(), update_interval=args.update_interval),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
     )
-    engine = args.engine or ("spec" if importlib.util.find_spec("specscribe.models.spec_engine") else "ct2")
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as exc:
         return _fail(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})")
-    print(f"loading {engine} engine, model {args.model} ...", file=sys.stderr, flush=True)
-    transcriber = load_transcriber(EngineOptions(
-        engine=engine, model=args.model, device=args.device, compute_type=args.compute_type,
-        draft=args.draft, draft_model=args.draft_model, threads=args.threads,
-    ))
+    print(f"loading {args.engine} engine, model {args.model} ...", file=sys.stderr, flush=True)
+    transcriber = load_transcriber(engine_options(args))
     app = create_app(transcriber, options)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
-from specscribe.models.engines import EngineOptions
+from specscribe.commands.engine_args import add_engine_args, engine_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,16 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the exit status is non-zero if any file failed.",
     )
     p.add_argument("inputs", nargs="+", metavar="FILE_OR_DIR", help="files, folders, or - for stdin")
-    g = p.add_argument_group("model")
-    g.add_argument("--engine", choices=("spec", "ct2"), default=None,
-                   help="spec: torch + speculative decoding (default); ct2: faster-whisper baseline")
-    g.add_argument("--model", default="base", help="model name (specscribe models list) or CTranslate2 folder")
-    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    g.add_argument("--compute-type", default="auto", choices=("auto", "float32", "bfloat16", "float16", "int8"))
-    g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"),
-                   help="drafter for the spec engine")
-    g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (spec engine)")
-    g.add_argument("--threads", type=int, default=0, help="CPU threads per model (0: library default)")
+    add_engine_args(p)
     d = p.add_argument_group("decoding")
     d.add_argument("--language", default="auto", help="ISO code such as en or de; auto detects once per file")
     d.add_argument("--task", default="transcribe", choices=("transcribe", "translate", "both"),
@@ -54,19 +44,6 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def _pick_engine(requested: str | None, quiet: bool) -> str | None:
-    """spec when its module exists; the default falls back to ct2 with a notice, an explicit spec fails."""
-    if requested == "ct2":
-        return "ct2"
-    if importlib.util.find_spec("specscribe.models.spec_engine") is not None:
-        return "spec"
-    if requested == "spec":
-        return None
-    if not quiet:
-        print("specscribe: note: the spec engine is not in this build yet; using --engine ct2", file=sys.stderr)
-    return "ct2"
-
-
 def run(args: argparse.Namespace) -> int:
     from specscribe.pipeline.batch import BatchOptions, collect_inputs, run_batch, summary_line
     from specscribe.pipeline.longform import LongformOptions
@@ -78,9 +55,6 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if args.workers < 1 or args.max_line_width < 1 or args.max_line_count < 0 or args.threads < 0:
         return _fail("--workers and --max-line-width must be >= 1; --max-line-count and --threads >= 0")
-    engine = _pick_engine(args.engine, args.quiet)
-    if engine is None:
-        return _fail("the spec engine (specscribe.models.spec_engine) is not in this build; use --engine ct2", 1)
     language = None if args.language in ("auto", "", None) else args.language.lower()
     if language is not None:
         from faster_whisper.tokenizer import _LANGUAGE_CODES  # Whisper's 100 codes
@@ -94,10 +68,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"specscribe: error: {message}", file=sys.stderr)
 
     options = BatchOptions(
-        engine=EngineOptions(
-            engine=engine, model=args.model, device=args.device, compute_type=args.compute_type,
-            draft=args.draft, draft_model=args.draft_model, threads=args.threads,
-        ),
+        engine=engine_options(args),
         longform=LongformOptions(
             language=language, task=args.task, word_timestamps=args.word_timestamps,
             initial_prompt=args.initial_prompt,

@@ -1,0 +1,33 @@
+"""The model options every command shares (transcribe, live, serve), defined once."""
+
+from __future__ import annotations
+
+import argparse
+
+COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32")  # = models/compute.py
+
+
+def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--device") -> None:
+    """Add the "model" argument group. ``device_flag`` lets `live` keep --device for the microphone."""
+    g = parser.add_argument_group("model")
+    g.add_argument("--engine", choices=("spec", "ct2"), default="spec",
+                   help="spec: torch + speculative decoding (default); ct2: faster-whisper baseline")
+    g.add_argument("--model", default="base", help="model name (specscribe models list) or CTranslate2 folder")
+    g.add_argument(device_flag, dest="model_device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where the model runs (default: auto)")
+    g.add_argument("--compute-type", default="auto", choices=COMPUTE_TYPES,
+                   help="auto: bf16 on CPUs with AMX/AVX512-BF16, else int8 encoder + float32 decoder; float16 on CUDA")
+    g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"),
+                   help="drafter for the spec engine (none: plain target greedy on the same engine)")
+    g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (safetensors)")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: library default)")
+
+
+def engine_options(args: argparse.Namespace):
+    """The EngineOptions named by the arguments of add_engine_args."""
+    from specscribe.models.engines import EngineOptions
+
+    return EngineOptions(
+        engine=args.engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
+        draft=args.draft, draft_model=args.draft_model, threads=args.threads,
+    )
