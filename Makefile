@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine:
-#   make run    venv + torch (CPU) + project + default models + clips, then the main job
+#   make run    venv + torch (CPU) + project + default models + clips, then the server (the main job)
 #   make test   the same set-up, then the whole test suite
 # Both are idempotent; a second run only re-checks stamps.
 
@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.specscribe-installed
 ASSETS := $(VENV)/.specscribe-assets
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast transcribe-demo bench clean
+.PHONY: setup run demo test test-fast clean
 
 setup: $(STAMP) $(ASSETS)
 
@@ -31,8 +31,14 @@ $(ASSETS): $(STAMP)
 	$(BIN)/specscribe clips install
 	touch $@
 
+# The main job: the live-caption server on the default models (open the printed URL, press Start, speak).
 run: setup
-	$(BIN)/specscribe transcribe "$$($(BIN)/specscribe clips path)/jfk.flac" --output-format txt --output-dir out
+	$(BIN)/specscribe serve
+
+# A quick check without a microphone: transcribe the demo clip to out/jfk.{txt,srt,json}.
+demo: setup
+	$(BIN)/specscribe transcribe "$$($(BIN)/specscribe clips path)/jfk.flac" -f txt,srt,json -o out
+	cat out/jfk.txt
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

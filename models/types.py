@@ -52,7 +52,8 @@ class SpecStats:
     """Speculative-decoding counters for one decode, or summed over many.
 
     Attributes:
-        target_passes: decoder passes of the target model (prompt prefill excluded).
+        target_passes: decoder passes of the target model, the first one (the prompt prefill, which
+            can verify drafts too) included, so a plain decode has tokens == target_passes.
         tokens: tokens emitted (end-of-text included).
         drafted: tokens proposed by drafters.
         accepted: drafted tokens the target agreed with.
