@@ -273,8 +273,8 @@ def build_drafter(
 ):
     """The drafter for one decode. kind: none | ngram | decoder | auto.
 
-    auto: the previous hypothesis when there is one, chained with the draft decoder when one is
-    loaded (a trained checkpoint), else with n-gram lookup. decoder/ngram: previous hypothesis
+    auto: the previous hypothesis when there is one, chained with the draft decoder when the engine
+    loaded one (SpecEngine loads it for auto only when --draft-model names it), else with n-gram lookup. decoder/ngram: previous hypothesis
     first too, when given (it is nearly free and nearly perfect on re-decodes).
     """
     from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter

@@ -94,7 +94,11 @@ class SpecEngine:
             for head in range(self.dims.n_text_head)
         ]  # openai/whisper's default: every head of the second half of the layers
         self.draft = None
-        if options.draft in ("auto", "decoder"):  # a bad --draft-model fails here, with ModelError
+        # `auto` takes the draft decoder only when one is named with --draft-model: the shipped
+        # checkpoint (docs/draft_model.md, ~70 % acceptance) is still a net loss on CPU, measured
+        # with scripts/bench_speculative.py, so auto drafts from the previous hypothesis + n-grams.
+        # `decoder` loads the shipped checkpoint. A bad --draft-model fails here, with ModelError.
+        if options.draft == "decoder" or (options.draft == "auto" and options.draft_model):
             self.draft = load_draft_decoder(
                 self.model.decoder, folder, self.model_name, options.draft_model, self.compute_type,
                 untrained_ok=options.draft == "decoder",
