@@ -106,9 +106,9 @@ def run(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = SpecEngine(resolve_model(args.model), EngineOptions(model=args.model, compute_type=args.compute_type, draft="auto", draft_model=args.draft_model))
-    trained = engine.draft is not None
-    draft = engine.draft if trained else DraftDecoder.from_target(engine.model.decoder)
+    engine = SpecEngine(resolve_model(args.model), EngineOptions(model=args.model, compute_type=args.compute_type, draft="decoder", draft_model=args.draft_model))
+    trained = bool(args.draft_model) or shipped_checkpoint(args.model) is not None  # else: untrained layer copies
+    draft = engine.draft
     factories = drafter_factories(engine, draft)
     bench = Bench(engine, args.repeat)
     clips = load_clips()
