@@ -77,3 +77,22 @@ def install_clips(log=print) -> Path:
                         (lib / Path(rel).name).write_bytes(src.read())
     log(f"clips: installed in {out}")
     return out
+
+
+GERMAN_START = 30.0  # seconds: multilingual.mp3 is English until ~30 s, then German (checked on its segments)
+
+
+def evaluation_windows(folder: Path | None = None) -> dict:
+    """The eight <= 30 s windows of the parity and lossless tests, as {name: float32 16 kHz audio}:
+    jfk, the five LibriVox clips (by utterance number) and both halves of multilingual.mp3."""
+    from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
+
+    folder = folder or clips_dir()
+    out = {"jfk": load_audio(folder / "jfk.flac")}
+    for path in sorted(librivox_clips(folder)):
+        out[path.stem[-4:]] = load_audio(path)
+    multi = load_audio(folder / "multilingual.mp3")
+    cut = int(GERMAN_START * SAMPLE_RATE)
+    out["multilingual-en"] = multi[:cut]
+    out["multilingual-de"] = multi[cut : cut + 30 * SAMPLE_RATE]
+    return out

@@ -14,7 +14,6 @@ from specscribe.models.types import DecodeRequest
 
 pytestmark = pytest.mark.integration
 
-GERMAN_START = 30.0  # as in test_parity.py
 CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", "multilingual-de"]
 COMBOS = [(task, ts) for task in ("transcribe", "translate") for ts in (True, False)]
 
@@ -36,17 +35,9 @@ def untrained_draft(engine):
 
 @pytest.fixture(scope="module")
 def clips(clips_dir):
-    from specscribe.clips import librivox_clips
-    from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
+    from specscribe.clips import evaluation_windows
 
-    out = {"jfk": load_audio(clips_dir / "jfk.flac")}
-    for path in sorted(librivox_clips(clips_dir)):
-        out[path.stem[-4:]] = load_audio(path)
-    multi = load_audio(clips_dir / "multilingual.mp3")
-    cut = int(GERMAN_START * SAMPLE_RATE)
-    out["multilingual-en"] = multi[:cut]
-    out["multilingual-de"] = multi[cut : cut + 30 * SAMPLE_RATE]
-    return out
+    return evaluation_windows(clips_dir)
 
 
 def _reference(engine, encoded, request, language):

@@ -14,7 +14,6 @@ from specscribe.models.types import DecodeRequest
 
 pytestmark = pytest.mark.integration
 
-GERMAN_START = 30.0  # seconds: multilingual.mp3 is English until ~30 s, then German (checked by ear/segments)
 
 
 @pytest.fixture(scope="module")
@@ -29,18 +28,6 @@ def engines(base_model_dir):
     return spec, fw
 
 
-def _clips(clips_dir):
-    from specscribe.clips import librivox_clips
-    from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
-
-    out = {"jfk": load_audio(clips_dir / "jfk.flac")}
-    for path in sorted(librivox_clips(clips_dir)):
-        out[path.stem[-4:]] = load_audio(path)
-    multi = load_audio(clips_dir / "multilingual.mp3")
-    cut = int(GERMAN_START * SAMPLE_RATE)
-    out["multilingual-en"] = multi[:cut]
-    out["multilingual-de"] = multi[cut : cut + 30 * SAMPLE_RATE]
-    return out
 
 
 CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", "multilingual-de"]
@@ -48,7 +35,9 @@ CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", 
 
 @pytest.fixture(scope="module")
 def clips(clips_dir):
-    return _clips(clips_dir)
+    from specscribe.clips import evaluation_windows
+
+    return evaluation_windows(clips_dir)
 
 
 def _ct2_generate(fw, spec, encoder_output, request: DecodeRequest, language: str):
