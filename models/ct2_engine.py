@@ -20,7 +20,7 @@ import numpy as np
 from specscribe.models.engines import EngineOptions
 from specscribe.models.errors import ModelError
 from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
-from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
+from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION, encoder_frames
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +85,16 @@ class Ct2Engine:
         return self._tokenizers[key]
 
     # --- Transcriber ---------------------------------------------------------------------
-    def encode(self, audio: np.ndarray) -> EncodedAudio:
+    def encode(self, audio: np.ndarray, window: float | None = None) -> EncodedAudio:
         from faster_whisper.audio import pad_or_trim
 
         audio = np.asarray(audio, dtype=np.float32)
         duration = min(len(audio), N_FRAMES * HOP_LENGTH) / SAMPLE_RATE
         features = self._fw.feature_extractor(audio[: N_FRAMES * HOP_LENGTH])  # (n_mels, frames + 1)
         num_frames = min(features.shape[-1] - 1, N_FRAMES)
-        features = pad_or_trim(features[:, :num_frames])  # (n_mels, 3000)
-        output = self._fw.encode(features)  # (1, 1500, d)
+        frames = encoder_frames(None if window is None else max(window, duration))
+        features = np.ascontiguousarray(pad_or_trim(features[:, :num_frames])[:, :frames])  # (n_mels, frames)
+        output = self._fw.encode(features)  # (1, frames // 2, d)
         return EncodedAudio(duration=duration, handle=_Ct2Encoding(output, num_frames))
 
     def detect_language(self, encoded: EncodedAudio) -> tuple[str, float]:

@@ -44,10 +44,25 @@ class DraftDecoder:
         sources: for each layer, the index of the target layer it was initialised from.
     """
 
-    def __init__(self, target: TextDecoder, layers: Sequence[DecoderLayer], sources: Sequence[int]):
+    def __init__(
+        self,
+        target: TextDecoder,
+        layers: Sequence[DecoderLayer],
+        sources: Sequence[int],
+        vocab_ids: torch.Tensor | None = None,
+    ):
         if not 1 <= len(layers) == len(sources):
             raise ValueError("a draft decoder needs at least one layer and one source index per layer")
-        self.decoder = TextDecoder(target.token_embedding, target.positional_embedding, list(layers), target.ln, target.proj)
+        proj = target.proj
+        self.vocab_ids = None  # (N,) long: the token id of each row of a reduced head
+        if vocab_ids is not None:
+            # a head over N << V rows of the tied embedding: the full (V, d) head is most of a
+            # draft step's cost, and the draft only needs to propose tokens the target often emits
+            emb = target.token_embedding.weight  # (V, d), never quantized
+            self.vocab_ids = vocab_ids.long().to(emb.device)
+            proj = nn.Linear(emb.shape[1], len(self.vocab_ids), bias=False, device=emb.device, dtype=emb.dtype)
+            proj.weight = nn.Parameter(emb.detach()[self.vocab_ids].clone(), requires_grad=False)  # (N, d)
+        self.decoder = TextDecoder(target.token_embedding, target.positional_embedding, list(layers), target.ln, proj)
         self.sources = tuple(int(s) for s in sources)
         self.shared_cross_kv = False  # True: the layers' cross K/V projections are the target's own
         self._cross_for: tuple[weakref.ref, list] | None = None
@@ -80,6 +95,23 @@ class DraftDecoder:
             self._cross_for = cached
         return DecoderSession(self.decoder, enc, cross=cached[1])
 
+    def full_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """(N,) logits of a reduced head -> (V,), -inf outside it (so the target's logit rules
+        and token ids apply unchanged); the full head's (V,) logits pass through."""
+        if self.vocab_ids is None:
+            return logits
+        n_vocab = self.decoder.token_embedding.weight.shape[0]
+        full = torch.full((n_vocab,), float("-inf"), dtype=logits.dtype, device=logits.device)
+        return full.index_copy_(0, self.vocab_ids, logits)
+
+    def quantize_int8(self) -> None:
+        """Dynamic int8 for the draft's own layers and its reduced head (not the shared full head)."""
+        from specscribe.models.compute import prepare_model
+
+        self.decoder.layers = prepare_model(self.decoder.layers, "int8", "cpu")
+        if self.vocab_ids is not None:
+            self.decoder.proj = prepare_model(nn.ModuleList([self.decoder.proj]), "int8", "cpu")[0]
+
     # --- checkpoints ----------------------------------------------------------------------
     def metadata(self, target_sha256: str) -> dict[str, str]:
         layer0 = self.decoder.layers[0]
@@ -103,6 +135,8 @@ class DraftDecoder:
         from safetensors.torch import save_file
 
         tensors = {f"layers.{k}": v.detach().float().contiguous().clone() for k, v in self.decoder.layers.state_dict().items()}
+        if self.vocab_ids is not None:
+            tensors["vocab_ids"] = self.vocab_ids.to(torch.int32).cpu().contiguous()
         save_file(tensors, str(path), metadata=self.metadata(target_sha256))
 
     @classmethod
@@ -139,7 +173,12 @@ class DraftDecoder:
         if d != target.positional_embedding.shape[1] or dims["n_vocab"] != target.token_embedding.weight.shape[0]:
             raise ModelError(f"draft checkpoint {path} does not fit this target's dimensions")
         layers = nn.ModuleList(DecoderLayer(d, heads, 4 * d) for _ in range(dims["n_layers"]))
-        # only the layers: an experimental reduced-vocabulary head ("vocab_ids") is not read here
+        vocab_ids = tensors.get("vocab_ids")
+        if vocab_ids is not None:
+            vocab_ids = vocab_ids.long()
+            n_vocab = dims["n_vocab"]
+            if vocab_ids.ndim != 1 or not len(vocab_ids) or int(vocab_ids.min()) < 0 or int(vocab_ids.max()) >= n_vocab:
+                raise ModelError(f"draft checkpoint {path} has a broken reduced vocabulary (vocab_ids)")
         state = {k.removeprefix("layers."): v for k, v in tensors.items() if k.startswith("layers.")}
         try:
             layers.load_state_dict(state, strict=True)
@@ -148,7 +187,7 @@ class DraftDecoder:
         ref = next((p for p in target.layers.parameters() if p.is_floating_point()), None)
         if ref is not None:
             layers = layers.to(device=ref.device, dtype=ref.dtype)
-        draft = cls(target, list(layers.eval()), sources)
+        draft = cls(target, list(layers.eval()), sources, vocab_ids)
         draft.shared_cross_kv = meta.get("shared_cross_kv") == "true"
         return draft
 
@@ -204,7 +243,7 @@ class DraftDecoderDrafter:
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
         for _ in range(k):
-            logits = self.session.forward(feed)[-1]  # (V,)
+            logits = self.draft.full_logits(self.session.forward(feed)[-1])  # (V,)
             self._cached += feed
             if self.rules is not None:
                 logits = self.rules.apply(logits, list(generated) + tokens)
@@ -245,20 +284,40 @@ def target_sha256(folder: Path, model_name: str) -> str:
     return entry.sha256 if entry is not None else sha256_file(Path(folder) / "model.bin")
 
 
+def checkpoint_target(path: Path) -> str | None:
+    """The target sha256 a draft checkpoint was made for (None if unreadable)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            return (fh.metadata() or {}).get("target_sha256")
+    except Exception:  # an unreadable file: DraftDecoder.load reports it
+        return None
+
+
 def load_draft_decoder(
-    target: TextDecoder, folder: Path, model_name: str, draft_model: str | None, compute_type: str, untrained_ok: bool
+    target: TextDecoder,
+    folder: Path,
+    model_name: str,
+    draft_model: str | None,
+    compute_type: str,
+    untrained_ok: bool,
+    mismatch_ok: bool = False,
 ) -> DraftDecoder | None:
     """The draft decoder an engine should use: ``draft_model`` if given, else the shipped
     checkpoint for the model, else (``untrained_ok``) copies of the target's first and last
-    layers, else None. Loaded layers follow the target's compute type (int8: quantized)."""
+    layers, else None. ``mismatch_ok``: a checkpoint made for another target gives None instead
+    of a ModelError. Loaded drafts are int8 under the int8 compute types (drafts need not be
+    lossless: the target verifies every token)."""
     path = Path(draft_model).expanduser() if draft_model else shipped_checkpoint(model_name)
     if path is None:
         return DraftDecoder.from_target(target) if untrained_ok else None
-    draft = DraftDecoder.load(path, target, target_sha256(folder, model_name))
-    if compute_type in ("int8", "int8_float32"):  # drafts need not be lossless: int8 everywhere
-        from specscribe.models.compute import prepare_model
-
-        draft.decoder.layers = prepare_model(draft.decoder.layers, "int8", "cpu")
+    sha = target_sha256(folder, model_name)
+    if mismatch_ok and checkpoint_target(path) != sha:
+        return None
+    draft = DraftDecoder.load(path, target, sha)
+    if compute_type in ("int8", "int8_float32"):
+        draft.quantize_int8()
     return draft
 
 
@@ -274,8 +333,8 @@ def build_drafter(
     """The drafter for one decode. kind: none | ngram | decoder | auto.
 
     auto: the previous hypothesis when there is one, chained with the draft decoder when the engine
-    loaded one (SpecEngine loads it for auto only when --draft-model names it), else with n-gram lookup. decoder/ngram: previous hypothesis
-    first too, when given (it is nearly free and nearly perfect on re-decodes).
+    loaded one (the shipped checkpoint, or --draft-model), else with n-gram lookup. decoder/ngram:
+    previous hypothesis first too, when given (it is nearly free and nearly perfect on re-decodes).
     """
     from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter
 

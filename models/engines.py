@@ -52,8 +52,9 @@ class Transcriber(Protocol):
     model_name: str  # the model's name or folder
     is_multilingual: bool
 
-    def encode(self, audio: np.ndarray) -> EncodedAudio:
-        """audio: float32 mono 16 kHz, shape (n,), n <= 30 s; shorter audio is padded."""
+    def encode(self, audio: np.ndarray, window: float | None = None) -> EncodedAudio:
+        """audio: float32 mono 16 kHz, shape (n,), n <= 30 s; shorter audio is padded to `window`
+        seconds of encoder input (None: Whisper's full 30 s; see pipeline.audio.encoder_frames)."""
         ...
 
     def detect_language(self, encoded: EncodedAudio) -> tuple[str, float]:

@@ -33,7 +33,7 @@ from specscribe.models.tokenizer import WhisperTokenizer
 from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult
 from specscribe.models.weights import WhisperDims, read_model_bin
 from specscribe.models.whisper import DecoderSession, WhisperModel
-from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
+from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION, encoder_frames
 
 
 @dataclass
@@ -94,14 +94,13 @@ class SpecEngine:
             for head in range(self.dims.n_text_head)
         ]  # openai/whisper's default: every head of the second half of the layers
         self.draft = None
-        # `auto` takes the draft decoder only when one is named with --draft-model: the shipped
-        # checkpoint (docs/draft_model.md, ~70 % acceptance) is still a net loss on CPU, measured
-        # with scripts/bench_speculative.py, so auto drafts from the previous hypothesis + n-grams.
-        # `decoder` loads the shipped checkpoint. A bad --draft-model fails here, with ModelError.
-        if options.draft == "decoder" or (options.draft == "auto" and options.draft_model):
+        # `auto` and `decoder` load --draft-model, else the checkpoint shipped for this model
+        # (docs/draft_model.md). `auto` skips a shipped checkpoint made for another target (then
+        # drafts from n-grams); a named --draft-model for another target fails here (ModelError).
+        if options.draft in ("auto", "decoder"):
             self.draft = load_draft_decoder(
                 self.model.decoder, folder, self.model_name, options.draft_model, self.compute_type,
-                untrained_ok=options.draft == "decoder",
+                untrained_ok=options.draft == "decoder", mismatch_ok=options.draft == "auto" and not options.draft_model,
             )
 
     # --- helpers -----------------------------------------------------------------------
@@ -158,13 +157,14 @@ class SpecEngine:
         return generate(session, prompt, rules, options)
 
     # --- Transcriber -------------------------------------------------------------------
-    def encode(self, audio: np.ndarray) -> EncodedAudio:
+    def encode(self, audio: np.ndarray, window: float | None = None) -> EncodedAudio:
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         duration = min(len(audio), N_FRAMES * HOP_LENGTH) / SAMPLE_RATE
         started = time.perf_counter()
-        mel = self.features(audio)
+        frames = encoder_frames(None if window is None else max(window, duration))
+        mel = self.features(audio)[:, :frames]  # (n_mels, frames)
         mid = time.perf_counter()
-        enc = self.model.encode(torch.from_numpy(mel).unsqueeze(0).to(self.device))  # (1, 1500, d)
+        enc = self.model.encode(torch.from_numpy(mel).unsqueeze(0).to(self.device))  # (1, frames // 2, d)
         self.times.features += (mid - started) * 1000
         self.times.encoder += (time.perf_counter() - mid) * 1000
         return EncodedAudio(duration=duration, handle=enc)

@@ -65,7 +65,7 @@ class LocalAgreementOptions:
     prompt_chars: int = 200
     min_trim_gap: float = 0.0
     min_probability: float = 0.5
-    confident_after: float = 1.5
+    confident_after: float = 3.0
 
 
 class StreamingPolicy(Protocol):

@@ -5,7 +5,7 @@ over the new audio and, when `update_interval` seconds of speech have arrived, o
 update), and `finish()` at the end. Each session owns all its state; model work goes through
 `ModelScheduler.run(session_id, job)`.
 
-One update: encode the uncommitted buffer once, decode it (committed text as the prompt, the
+One update: encode the uncommitted buffer once (plus `encoder_pad` seconds, not a 30 s window), decode it (committed text as the prompt, the
 previous hypothesis as the speculative draft), align words, let the policy commit the words the
 last two hypotheses agree on (`final` events) and show the rest (`partial`). Silence is never
 decoded: without VAD speech the buffer is dropped. A speech end commits the utterance. With
@@ -251,7 +251,9 @@ class StreamSession:
             audio = self._ring.read(start, end)  # (end - start,)
             seconds = audio.size / SAMPLE_RATE
             draft_text = self._draft_text if self.options.draft else None
-            job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text)
+            job = transcribe_job(
+                audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text, self.options.encoder_pad
+            )
             hyp: Hypothesis = await self.scheduler.run(self.session_id, job)
             self._account(hyp.stats, hyp.compute_s, "updates")
             if hyp.rejected:
@@ -310,7 +312,7 @@ class StreamSession:
         request = DecodeRequest(
             task="translate", language=self._language, timestamps=False, max_new_tokens=max_tokens_for((end - start) / SAMPLE_RATE)
         )
-        job = translate_job(self._ring.read(start, end), request, self._last_translation[-200:])
+        job = translate_job(self._ring.read(start, end), request, self._last_translation[-200:], self.options.encoder_pad)
         tr = await self.scheduler.run(self.session_id, job)
         self._account(tr.stats, tr.compute_s, "translations")
         if not tr.text:

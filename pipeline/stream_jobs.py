@@ -64,17 +64,25 @@ def max_tokens_for(seconds: float) -> int:
     return int(min(224, 16 + 10 * seconds))
 
 
+def encoder_window(audio: np.ndarray, pad: float) -> float | None:
+    """Seconds of encoder input for a streaming decode of audio (n,): the audio plus pad (None: 30 s)."""
+    window = len(audio) / SAMPLE_RATE + pad
+    return None if window >= 30.0 else window
+
+
 def transcribe_job(
     audio: np.ndarray,  # (n,) float32, n <= 30 s
     offset: float,  # seconds of the first sample in the stream
     request: DecodeRequest,
     prompt: str,
     draft_text: str | None,
+    encoder_pad: float = 30.0,
 ) -> Callable[[Transcriber], Hypothesis]:
     """Encode once, decode (transcribe or translate), align words; shift times by offset.
 
     draft_text: when not None, the previous hypothesis as text, re-tokenized here (used after the
     buffer start moved, when the old token ids no longer start where the window does).
+    encoder_pad: the encoder sees the audio plus this many seconds (30: the full window).
     """
 
     def job(tr: Transcriber) -> Hypothesis:
@@ -84,7 +92,7 @@ def transcribe_job(
             req = _replace(req, prompt_tokens=tuple(tr.encode_text(prompt)))
         if draft_text is not None:
             req = _replace(req, hypothesis_tokens=tuple(tr.encode_text(draft_text)) if draft_text else ())
-        encoded = tr.encode(audio)
+        encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
         result = tr.decode(encoded, req)
         rejected = ""
         if result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD:
@@ -111,13 +119,15 @@ def transcribe_job(
     return job
 
 
-def translate_job(audio: np.ndarray, request: DecodeRequest, prompt: str) -> Callable[[Transcriber], Translation]:
+def translate_job(
+    audio: np.ndarray, request: DecodeRequest, prompt: str, encoder_pad: float = 30.0
+) -> Callable[[Transcriber], Translation]:
     """Encode the span of a final (audio (n,) float32) and decode it with Whisper's translate task."""
 
     def job(tr: Transcriber) -> Translation:
         t0 = time.perf_counter()
         req = _replace(request, prompt_tokens=tuple(tr.encode_text(prompt))) if prompt else request
-        encoded = tr.encode(audio)
+        encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
         result = tr.decode(encoded, req)
         text = result.text.strip()
         if compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD:

@@ -75,6 +75,10 @@ class StreamOptions:
         trim_after: uncommitted seconds past which the buffer is cut at the last committed word
             (it is always cut at committed sentence ends).
         vad: gate decoding with the VAD; False decodes all audio (for tests and benchmarks).
+        encoder_pad: seconds of padding after the audio in the encoder's input: each update
+            encodes buffer + pad instead of Whisper's full 30 s window (several times cheaper for
+            short buffers; under ~2 s Whisper starts repeating itself). 30 or more: the full window,
+            as batch transcription does (slower, the batch transcript's exact setting).
     """
 
     language: str | None = None
@@ -90,3 +94,4 @@ class StreamOptions:
     speech_pad: float = 0.3
     trim_after: float = 12.0
     vad: bool = True
+    encoder_pad: float = 5.0

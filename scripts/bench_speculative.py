@@ -80,17 +80,46 @@ class Bench:
         return out[0], out[1], statistics.median(times)
 
 
+def full_head_twin(engine, draft):
+    """The same draft layers with a head over the whole vocabulary (int8 like the reduced one under
+    the int8 compute types), to measure what the reduced head saves and costs; None without one."""
+    import torch
+
+    from specscribe.models.draft import DraftDecoder
+
+    if draft is None or draft.vocab_ids is None:
+        return None
+    twin = DraftDecoder(engine.model.decoder, list(draft.decoder.layers), draft.sources, torch.arange(engine.dims.n_vocab))
+    twin.shared_cross_kv = draft.shared_cross_kv
+    if engine.compute_type in ("int8", "int8_float32"):
+        from specscribe.models.compute import prepare_model
+        from torch import nn
+
+        twin.decoder.proj = prepare_model(nn.ModuleList([twin.decoder.proj]), "int8", "cpu")[0]
+    return twin
+
+
 def drafter_factories(engine, draft):
     from specscribe.models.draft import DraftDecoderDrafter
     from specscribe.models.drafters import NgramDrafter, RandomDrafter
 
     eot = engine.tokenizer.eot
-    return {
+    out = {
         "none": lambda enc, rules: None,
         "ngram": lambda enc, rules: NgramDrafter(),
         "decoder": lambda enc, rules: DraftDecoderDrafter(draft, enc.handle, rules, eot, engine.session(enc).cross),
         "random": lambda enc, rules: RandomDrafter(engine.dims.n_vocab, seed=0),
     }
+    twin = full_head_twin(engine, draft)
+    if twin is not None:
+        out["decoder-fullvocab"] = lambda enc, rules: DraftDecoderDrafter(twin, enc.handle, rules, eot, engine.session(enc).cross)
+    return out
+
+
+def group_of(name: str, task: str) -> str:
+    if task == "translate":
+        return "translate"
+    return "de" if name == "multilingual-de" else "en"
 
 
 def run(args) -> dict:
@@ -122,15 +151,17 @@ def run(args) -> dict:
         },
         "clips": {}, "streaming": {}, "near_ties": {"compute_type": engine.compute_type, "decodes": 0, "differing": 0, "details": []},
     }
-    for name in names:
+    runs = [(name, "transcribe") for name in names] + [(n, "translate") for n in names if n == "multilingual-de"]
+    for name, task in runs:
         audio = clips[name]
         language = "de" if name == "multilingual-de" else "en"
         t0 = time.perf_counter()
         encoded = engine.encode(audio)
         encode_ms = (time.perf_counter() - t0) * 1e3
-        request = DecodeRequest(language=language, timestamps=True)
+        request = DecodeRequest(task=task, language=language, timestamps=True)
         ref, ref_ms = bench.reference(encoded, request, language)
-        row = {"duration_s": round(len(audio) / SAMPLE_RATE, 2), "encode_ms": round(encode_ms, 1),
+        row = {"duration_s": round(len(audio) / SAMPLE_RATE, 2), "encode_ms": round(encode_ms, 1), "task": task,
+               "group": group_of(name, task),
                "reference_loop": {"decode_ms": round(ref_ms, 1), "tokens": len(ref.tokens) + 1}, "drafters": {}}
         for label, make in factories.items():
             gen, stats, ms = bench.speculative(encoded, request, language, make)
@@ -141,7 +172,10 @@ def run(args) -> dict:
         base = row["drafters"]["none"]["decode_ms"]
         for label, d in row["drafters"].items():
             d["decode_speedup_vs_none"] = round(base / d["decode_ms"], 3) if d["decode_ms"] else None
+        name = name if task == "transcribe" else f"{name}-translate"
         report["clips"][name] = row
+        if task == "translate":
+            continue  # the streaming and near-tie checks below already cover both tasks
         print(f"{name}: " + ", ".join(f"{k} {v['decode_ms']:.0f} ms ({v['tokens_per_target_pass']:.2f} tok/pass)" for k, v in row["drafters"].items()), file=sys.stderr)
 
         # streaming re-decode: first N-1 s, then first N s drafting from the first result
@@ -173,21 +207,34 @@ def run(args) -> dict:
     return report
 
 
-def summarize(report: dict) -> dict:
+def summarize_rows(clips: dict) -> dict:
+    """Per drafter totals over some clip rows, each next to `none` on the same rows."""
     out: dict = {}
-    labels = next(iter(report["clips"].values()))["drafters"].keys() if report["clips"] else []
-    none_total = sum(c["drafters"]["none"]["decode_ms"] for c in report["clips"].values())
+    labels = next(iter(clips.values()))["drafters"].keys() if clips else []
+    none_rows = [c["drafters"]["none"] for c in clips.values()]
+    none_total, none_e2e = sum(r["decode_ms"] for r in none_rows), sum(r["end_to_end_ms"] for r in none_rows)
     for label in labels:
-        rows = [c["drafters"][label] for c in report["clips"].values()]
+        rows = [c["drafters"][label] for c in clips.values()]
         total = sum(r["decode_ms"] for r in rows)
         e2e = sum(r["end_to_end_ms"] for r in rows)
+        drafted, passes = sum(r["drafted"] for r in rows), sum(r["target_passes"] for r in rows)
         out[label] = {
             "decode_ms_total": round(total, 1), "end_to_end_ms_total": round(e2e, 1),
             "decode_speedup_vs_none": round(none_total / total, 3) if total else None,
-            "tokens_per_target_pass": round(sum(r["tokens"] for r in rows) / max(1, sum(r["target_passes"] for r in rows)), 3),
-            "acceptance_rate": round(sum(r["accepted"] for r in rows) / max(1, sum(r["drafted"] for r in rows)), 4),
+            "end_to_end_speedup_vs_none": round(none_e2e / e2e, 3) if e2e else None,
+            "tokens_per_target_pass": round(sum(r["tokens"] for r in rows) / max(1, passes), 3),
+            "acceptance_rate": round(sum(r["accepted"] for r in rows) / max(1, drafted), 4),
+            "ms_per_draft_token": round(sum(r["draft_ms"] for r in rows) / drafted, 2) if drafted else None,
+            "ms_per_target_pass": round(sum(r["verify_ms"] for r in rows) / max(1, passes), 2),
             "all_same_as_reference": all(r["same_as_reference"] for r in rows),
         }
+    return out
+
+
+def summarize(report: dict) -> dict:
+    out = summarize_rows(report["clips"])
+    groups = sorted({c["group"] for c in report["clips"].values()})
+    out["by_group"] = {g: summarize_rows({k: c for k, c in report["clips"].items() if c["group"] == g}) for g in groups}
     s = list(report["streaming"].values())
     if s:
         plain, spec = sum(r["none_decode_ms"] for r in s), sum(r["hypothesis_decode_ms"] for r in s)

@@ -1,7 +1,7 @@
 """Streaming latency benchmark: real clips played at real-time pace through StreamSession.
 
     nice -n 10 python scripts/bench_streaming.py [--clips jfk,librivox,physicsworks]
-        [--configs spec,spec+translate,spec-nodraft,ct2] [--chunk 0.25] [--out artifacts/bench_streaming.json]
+        [--configs spec,spec+translate,spec-nodraft,spec-fullwindow,ct2] [--chunk 0.25] [--out artifacts/bench_streaming.json]
 
 Time is virtual but honest: audio chunk k "arrives" at (k+1) * chunk seconds; each process()
 call advances the clock by the real wall time it took (so compute is charged in full, and audio
@@ -41,15 +41,24 @@ from specscribe.pipeline.longform import LongformOptions, transcribe_audio
 from specscribe.pipeline.scheduler import ModelScheduler
 from specscribe.pipeline.session import StreamSession
 from specscribe.pipeline.types import StreamOptions
+from specscribe.pipeline.wer import wer
 
-CONFIGS = {  # name: (engine, draft, translate)
-    "spec": ("spec", "auto", False),
-    "spec+translate": ("spec", "auto", True),
-    "spec-nodraft": ("spec", "none", False),
-    "spec-nodraft+translate": ("spec", "none", True),
-    "ct2": ("ct2", "none", False),
-    "ct2+translate": ("ct2", "none", True),
+PAD = StreamOptions().encoder_pad
+CONFIGS = {  # name: (engine, draft, translate, encoder_pad); 30 = Whisper's full 30 s window
+    "spec": ("spec", "auto", False, PAD),
+    "spec+translate": ("spec", "auto", True, PAD),
+    "spec-nodraft": ("spec", "none", False, PAD),
+    "spec-nodraft+translate": ("spec", "none", True, PAD),
+    "spec-fullwindow": ("spec", "auto", False, 30.0),
+    "spec-fullwindow+translate": ("spec", "auto", True, 30.0),
+    "ct2": ("ct2", "none", False, PAD),
+    "ct2+translate": ("ct2", "none", True, PAD),
+    "ct2-fullwindow": ("ct2", "none", False, 30.0),
 }
+
+
+def final_text(events) -> str:
+    return " ".join(e.text for e in events if e.type == "final")
 
 
 def norm(word: str) -> str:
@@ -139,7 +148,7 @@ def pct(values, q) -> float | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clips", default="jfk,librivox,physicsworks")
-    ap.add_argument("--configs", default="spec,spec+translate,spec-nodraft,ct2")
+    ap.add_argument("--configs", default="spec,spec+translate,spec-nodraft,spec-nodraft+translate,spec-fullwindow,ct2")
     ap.add_argument("--chunk", type=float, default=0.25, help="seconds per arriving chunk")
     ap.add_argument("--update-interval", type=float, default=0.5)
     ap.add_argument("--threads", type=int, default=2)
@@ -174,9 +183,11 @@ def main(argv=None) -> int:
 
     results = {}
     for config in configs:
-        eng, draft, translate = CONFIGS[config]
+        eng, draft, translate, pad = CONFIGS[config]
         tr = engine(eng, draft)
-        options = StreamOptions(language="en", translate=translate, update_interval=args.update_interval, draft=draft != "none")
+        options = StreamOptions(
+            language="en", translate=translate, update_interval=args.update_interval, draft=draft != "none", encoder_pad=pad
+        )
         all_p, all_f, per_clip, totals = [], [], {}, {"audio_s": 0.0, "compute_s": 0.0, "charged_s": 0.0, "wall_s": 0.0, "tokens": 0, "target_passes": 0}
         for name, audio in clips.items():
             t0, c0 = time.perf_counter(), time.process_time()
@@ -196,6 +207,7 @@ def main(argv=None) -> int:
                 "rtf_model_thread_wall": stats["rtf"], "rtf_charged": round(charged / (audio.size / SAMPLE_RATE), 4),
                 "tokens_per_target_pass": stats["tokens_per_target_pass"],
                 "translations": sum(1 for e in events if e.type == "translation"),
+                "wer_vs_batch": round(wer(" ".join(w.text for w in refs[name]), final_text(events)), 4),
             }
             if audio.size / SAMPLE_RATE > 60 and f_lat:  # flatness over the long lecture
                 dur = audio.size / SAMPLE_RATE
@@ -210,7 +222,7 @@ def main(argv=None) -> int:
             totals["target_passes"] += stats["target_passes"]
             print(f"{config:>16} {name:>16}: {json.dumps(clip)}", file=sys.stderr)
         results[config] = {
-            "engine": eng, "draft": draft, "translate": translate,
+            "engine": eng, "draft": draft, "translate": translate, "encoder_pad": pad,
             "final_median": pct(all_f, 50), "final_p90": pct(all_f, 90),
             "partial_median": pct(all_p, 50), "partial_p90": pct(all_p, 90),
             "rtf_model_thread_wall": round(totals["compute_s"] / totals["audio_s"], 4) if totals["audio_s"] else None,

@@ -67,7 +67,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         init=args.init,
         threads=args.threads,
     )
-    result = train.train_from_folder(Path(args.data), args.model, Path(args.draft_out), options)
+    folders = [Path(f) for f in args.data.split(",") if f]
+    result = train.train_from_folder(folders, args.model, Path(args.draft_out), options)
     print(json.dumps(result, indent=1))
     return 0
 
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     label_args(p)
     p.set_defaults(func=cmd_label)
     p = sub.add_parser("train", help="train the draft decoder")
-    p.add_argument("--data", default=str(_default_dir()))
+    p.add_argument("--data", default=str(_default_dir()), help="dataset folder(s), comma-separated")
     p.add_argument("--model", default="base")
     train_args(p)
     p.set_defaults(func=cmd_train)

@@ -49,8 +49,8 @@ class _ScheduledTranscriber:
         coro = self._scheduler.run(self._job_id, lambda t: getattr(t, method)(*args))
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def encode(self, audio):
-        return self._call("encode", audio)
+    def encode(self, audio, window=None):
+        return self._call("encode", audio, window)
 
     def detect_language(self, encoded):
         return self._call("detect_language", encoded)
@@ -170,13 +170,17 @@ def render(transcript: Any, fmt: str, task: str, words: bool) -> Response:
         return JSONResponse({"text": text})
     if fmt in ("srt", "vtt"):
         return PlainTextResponse(subtitles(transcript.segments, fmt), media_type="text/vtt" if fmt == "vtt" else "application/x-subrip")
-    segments = [
-        {
-            "id": i, "seek": 0, "start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens),
-            "temperature": 0.0, "avg_logprob": 0.0, "compression_ratio": 0.0, "no_speech_prob": 0.0,
-        }
-        for i, s in enumerate(transcript.segments)
-    ]
+    segments = []
+    for i, s in enumerate(transcript.segments):
+        window = _window_of(transcript, s, task)  # the decode's own figures (longform.WindowInfo)
+        segments.append({
+            "id": i, "seek": round((window.start if window else s.start) * 100), "start": s.start, "end": s.end,
+            "text": s.text, "tokens": list(s.tokens),
+            "temperature": window.temperature if window else 0.0,
+            "avg_logprob": round(window.avg_logprob, 4) if window else 0.0,
+            "compression_ratio": round(window.compression_ratio, 4) if window else 0.0,
+            "no_speech_prob": round(window.no_speech_prob, 4) if window else 0.0,
+        })
     body: dict[str, Any] = {
         "task": task, "language": transcript.language or "", "duration": round(transcript.duration, 3),
         "text": text, "segments": segments,
@@ -184,6 +188,14 @@ def render(transcript: Any, fmt: str, task: str, words: bool) -> Response:
     if words:
         body["words"] = [{"word": w.text.strip(), "start": w.start, "end": w.end} for s in transcript.segments for w in s.words]
     return JSONResponse(body)
+
+
+def _window_of(transcript: Any, segment: Any, task: str) -> Any:
+    """The window (of the main task) a segment was decoded in, or None."""
+    for window in transcript.windows:
+        if window.task == task and window.start - 0.01 <= segment.start <= window.end + 0.01:
+            return window
+    return None
 
 
 def subtitles(segments: Sequence[Any], fmt: str) -> str:

@@ -144,6 +144,19 @@ def create_app(
         )
 
     rest = RestApi(transcriber, options)
+    middleware = []
+    if options.security.allowed_origins:  # --allowed-origin also lets those pages call the REST API (CORS)
+        from starlette.middleware import Middleware
+        from starlette.middleware.cors import CORSMiddleware
+
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(options.security.allowed_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type", "X-API-Key"],
+            )
+        )
     app = Starlette(
         routes=[
             WebSocketRoute("/v1/listen", listen),
@@ -151,6 +164,7 @@ def create_app(
             *rest.routes(),
             Mount("/", app=StaticFiles(directory=STATIC_DIR, html=True), name="static"),
         ],
+        middleware=middleware,
         lifespan=lifespan,
     )
     return _Outer(app)

@@ -110,15 +110,22 @@ def load_examples(folder: Path, sequences: Sequence[LabelledSequence], eot: int)
 
 
 class EncoderCache:
-    """Encoder outputs (S, d) by item, loaded once from labels/enc/ITEM.npy and kept as fp16."""
+    """Encoder outputs (S, d) by item, loaded once from FOLDER/labels/enc/ITEM.npy and kept as fp16.
 
-    def __init__(self, folder: Path):
-        self.folder = Path(folder) / "labels" / "enc"
+    Several dataset folders may be given; an item is read from the first folder that has it.
+    """
+
+    def __init__(self, folder: Path | Sequence[Path]):
+        folders = [folder] if isinstance(folder, (str, Path)) else list(folder)
+        self.folders = [Path(f) / "labels" / "enc" for f in folders]
         self._cache: dict[str, torch.Tensor] = {}
 
     def get(self, item: str) -> torch.Tensor:
         if item not in self._cache:
-            self._cache[item] = torch.from_numpy(np.load(self.folder / f"{item}.npy"))
+            path = next((f / f"{item}.npy" for f in self.folders if (f / f"{item}.npy").exists()), None)
+            if path is None:
+                raise FileNotFoundError(f"no encoder output for {item} in {[str(f) for f in self.folders]}")
+            self._cache[item] = torch.from_numpy(np.load(path))
         return self._cache[item]
 
 
@@ -326,15 +333,23 @@ def train(
     return report
 
 
-def train_from_folder(folder: Path, model: str, out: Path, options: TrainOptions) -> dict[str, Any]:
-    """Load the target, the labels and the encoder cache; train; export the draft to `out`."""
+def train_from_folder(
+    folder: Path | Sequence[Path],
+    model: str,
+    out: Path,
+    options: TrainOptions,
+    target: tuple[Any, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Load the target, the labels and the encoder cache of one or more dataset folders; train;
+    export the draft to `out`. target: (TextDecoder, info) instead of loading `model` (tests)."""
     from specscribe.models.distill.export import export_draft, load_target_decoder
 
+    folders = [Path(folder)] if isinstance(folder, (str, Path)) else [Path(f) for f in folder]
     if options.threads > 0:
         torch.set_num_threads(options.threads)
-    target, info = load_target_decoder(model)
+    target, info = target if target is not None else load_target_decoder(model)
     torch.manual_seed(options.seed)
-    sequences = read_labels(folder)
+    sequences = [s for f in folders for s in read_labels(f)]
     train_seqs = [s for s in sequences if s.split == "train"]
     vocab_ids = None
     if options.vocab_size:
@@ -346,14 +361,18 @@ def train_from_folder(folder: Path, model: str, out: Path, options: TrainOptions
         load_draft_into(net, Path(options.init))
     else:
         net = DraftNet(target, options.layers, vocab_ids, options.freeze_cross_kv)
-    encoders = EncoderCache(folder)
-    loaded: dict[str, Example] = {}
+    encoders = EncoderCache(folders)
+    loaded: dict[tuple[Path, str], Example] = {}
 
     def refresh() -> tuple[list[Example], list[Example]]:
-        seqs = read_labels(folder)
-        fresh = [s for s in seqs if s.seq not in loaded]
-        loaded.update(zip((s.seq for s in fresh), load_examples(folder, fresh, info["eot"])))
-        return [loaded[s.seq] for s in seqs if s.split == "train"], [loaded[s.seq] for s in seqs if s.split == "val"]
+        train_set, val_set = [], []
+        for f in folders:
+            seqs = read_labels(f)
+            fresh = [s for s in seqs if (f, s.seq) not in loaded]
+            loaded.update(zip(((f, s.seq) for s in fresh), load_examples(f, fresh, info["eot"])))
+            train_set += [loaded[f, s.seq] for s in seqs if s.split == "train"]
+            val_set += [loaded[f, s.seq] for s in seqs if s.split == "val"]
+        return train_set, val_set
 
     train_set, val_set = refresh()
     out = Path(out)
@@ -376,4 +395,4 @@ def train_from_folder(folder: Path, model: str, out: Path, options: TrainOptions
 
         log({"options": asdict(options), "train": len(train_set), "val": len(val_set)})
         report = train(net, train_set, val_set, encoders, options, log, refresh if options.follow else None, save)
-    return {"checkpoint": str(out), "log": str(log_path), "val": report}
+    return {"checkpoint": str(out), "log": str(log_path), "train_sequences": len(loaded), "val": report}

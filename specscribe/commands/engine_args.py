@@ -1,4 +1,5 @@
-"""The model options every command shares (transcribe, live, serve), defined once."""
+"""The model options every command shares (transcribe, live, serve), and the streaming options
+of live and serve, defined once."""
 
 from __future__ import annotations
 
@@ -31,3 +32,11 @@ def engine_options(args: argparse.Namespace):
         engine=args.engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
         draft=args.draft, draft_model=args.draft_model, threads=args.threads,
     )
+
+
+def add_streaming_args(group) -> None:
+    """--update-interval and --encoder-pad (StreamOptions), for live and serve."""
+    group.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between updates")
+    group.add_argument("--encoder-pad", type=float, default=5.0, metavar="SECONDS",
+                       help="each update encodes the buffer plus this much padding instead of a 30 s window "
+                       "(faster; 30 = the full window, as batch transcription; default: %(default)s)")

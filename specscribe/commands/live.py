@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from specscribe.commands.engine_args import add_engine_args, engine_options
+from specscribe.commands.engine_args import add_engine_args, add_streaming_args, engine_options
 from specscribe.pipeline.audio import AudioError
 
 
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--language", default=None, help="ISO code such as en or de (default: detect)")
     s.add_argument("--translate", action="store_true", help="also show an English translation of each sentence")
     s.add_argument("--output", metavar="FILE", help="save as it goes: FILE.srt, FILE.vtt or FILE.jsonl")
-    s.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between updates")
+    add_streaming_args(s)
     s.add_argument("--no-partials", action="store_true", help="show final text only")
     p.set_defaults(func=run)
 
@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         translate=args.translate,
         interim_results=not args.no_partials,
         update_interval=args.update_interval,
+        encoder_pad=args.encoder_pad,
         draft=args.draft != "none",
     )
     return asyncio.run(_live(source, transcriber, options, args.output))

@@ -8,7 +8,7 @@ import ipaddress
 import os
 import sys
 
-from specscribe.commands.engine_args import add_engine_args, engine_options
+from specscribe.commands.engine_args import add_engine_args, add_streaming_args, engine_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lim.add_argument("--max-upload-mb", type=float, default=200.0, help="largest file for the REST endpoint (default: %(default)s)")
     add_engine_args(p)
     s = p.add_argument_group("streaming")
-    s.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between decode updates")
+    add_streaming_args(s)
     s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run)
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                         max_session_seconds=args.max_session_seconds, idle_timeout=args.idle_timeout,
                         max_backlog_seconds=args.max_backlog_seconds),
         security=SecurityOptions(api_key=api_key, allowed_origins=tuple(args.allowed_origin)),
-        stream_defaults=replace(StreamOptions(), update_interval=args.update_interval),
+        stream_defaults=replace(StreamOptions(), update_interval=args.update_interval, encoder_pad=args.encoder_pad),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
     )
     try:

@@ -15,6 +15,7 @@ from specscribe.models.distill.net import DraftNet
 from specscribe.models.whisper import DecoderLayer, TextDecoder
 
 V, D, H, S, EOT = 64, 32, 4, 12, 60  # vocab, width, heads, audio positions, end-of-text
+INFO = {"eot": EOT, "n_vocab": V, "sha256": "ab" * 32, "model": "tiny"}  # load_target_decoder's info
 
 
 @pytest.fixture(autouse=True)
@@ -191,6 +192,31 @@ def test_reduced_vocabulary_checkpoint_keeps_its_ids(tmp_path):
     fresh = DraftNet(dec, (0,))
     load_draft_into(fresh, path)
     assert fresh.vocab_ids.tolist() == [1, 2, 60, 61]
+    # inference reads the same reduced head: the cached decoder's logits equal the trained net's
+    from specscribe.models.draft import DraftDecoder
+
+    draft = DraftDecoder.load(path, dec, "ab" * 32)
+    assert draft.vocab_ids.tolist() == [1, 2, 60, 61]
+    enc = torch.randn(1, S, D)
+    want = net(torch.tensor([[61, 62, 5]]), enc)[0, -1]  # (4,)
+    got = draft.session(enc).forward([61, 62, 5])[-1]  # (4,)
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=1e-2)  # fp16 checkpoint
+
+
+def test_training_reads_several_dataset_folders(tmp_path):
+    dec = tiny_target()
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    write_labels(a, dec, n_items=4)
+    write_labels(b, dec, n_items=4)
+    np.save(b / "labels" / "enc" / "only-b.npy", np.zeros((S, D), np.float16))
+    encoders = train.EncoderCache([a, b])
+    assert encoders.get("only-b").shape == (S, D)
+    with pytest.raises(FileNotFoundError, match="no encoder output"):
+        encoders.get("nowhere")
+    options = train.TrainOptions(steps=2, warmup=1, batch_size=2, eval_every=2, dtype="float32", layers=(0,))
+    result = train.train_from_folder([a, b], "unused", tmp_path / "d.safetensors", options, target=(dec, INFO))
+    assert result["train_sequences"] == 8 and (tmp_path / "d.safetensors").is_file()
 
 
 def test_bad_layer_index_is_a_clear_error():

@@ -172,6 +172,41 @@ def test_checkpoint_round_trip_and_refusal(tiny, tmp_path):
         DraftDecoder.load(tmp_path / "missing.safetensors", model.decoder, "a" * 64)
 
 
+def test_reduced_head_keeps_its_rows_and_round_trips(tiny, tmp_path):
+    model, enc = tiny
+    vocab = torch.tensor([3, 5, 7, 11, 39])  # a reduced head: 5 of the 40 tokens
+    full = DraftDecoder.from_target(model.decoder, sources=(0, -1))
+    small = DraftDecoder(model.decoder, list(full.decoder.layers), full.sources, vocab)
+    want = full.session(enc).forward([1, 2, 3])  # (3, 40)
+    got = small.full_logits(small.session(enc).forward([1, 2, 3])[-1])  # (40,)
+    assert torch.allclose(got[vocab], want[-1, vocab], atol=1e-5)
+    assert torch.isinf(got).sum() == 40 - len(vocab)
+    drafter = DraftDecoderDrafter(small, enc, eot=39)
+    drafter.begin([1, 2, 3])
+    proposed = drafter.propose([], 4).tokens
+    assert proposed and set(proposed) <= set(vocab.tolist())
+    path = tmp_path / "reduced.safetensors"
+    small.save(path, target_sha256="a" * 64)
+    loaded = DraftDecoder.load(path, model.decoder, "a" * 64)
+    assert torch.equal(loaded.vocab_ids, vocab)
+    assert torch.allclose(loaded.session(enc).forward([1, 2, 3]), small.session(enc).forward([1, 2, 3]), atol=1e-5)
+    loaded.quantize_int8()  # int8 layers and head still propose from the reduced vocabulary
+    drafter = DraftDecoderDrafter(loaded, enc, eot=39)
+    drafter.begin([1, 2, 3])
+    assert set(drafter.propose([], 4).tokens) <= set(vocab.tolist())
+    # an unreadable vocabulary is refused, not silently used
+    from safetensors.torch import load_file, save_file
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        meta = fh.metadata()
+    tensors = load_file(str(path))
+    tensors["vocab_ids"] = torch.tensor([3, 400], dtype=torch.int32)
+    save_file(tensors, str(tmp_path / "bad.safetensors"), metadata=meta)
+    with pytest.raises(ModelError, match="reduced vocabulary"):
+        DraftDecoder.load(tmp_path / "bad.safetensors", model.decoder, "a" * 64)
+
+
 def test_build_drafter_choices(tiny):
     from specscribe.models.draft import build_drafter
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from web_fakes import FakeSession, FakeTranscriber, ServerThread
 
-from specscribe.models.types import Segment, Word
+from specscribe.models.types import Segment, SpecStats, Word
+from specscribe.pipeline.longform import WindowInfo
 from specscribe.web.http_api import render, subtitles
 from specscribe.web.security import SecurityOptions
 from specscribe.web.server import ServerOptions, create_app
@@ -58,6 +59,16 @@ def test_bad_requests_get_openai_style_errors(server, files, data, status, param
     assert error["param"] == param and error["type"] == "invalid_request_error" and "Traceback" not in r.text
 
 
+def test_cors_only_for_allowed_origins():
+    options = ServerOptions(security=SecurityOptions(api_key="k", allowed_origins=("https://app.example",)))
+    with ServerThread(create_app(FakeTranscriber(), options, FakeSession), options) as srv:
+        url = srv.http_url + "/v1/audio/transcriptions"
+        ok = httpx.options(url, headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+        assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://app.example"
+        bad = httpx.options(url, headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+        assert "access-control-allow-origin" not in bad.headers
+
+
 def test_models_endpoint(server):
     r = httpx.get(server.http_url + "/v1/models", headers={"X-API-Key": "k"}, timeout=10)
     assert r.json()["data"][0]["id"] == "fake-model"
@@ -69,6 +80,10 @@ def test_render_formats():
         language = "en"
         duration = 3.0
         segments = (Segment(0.0, 1.5, " ask", (1,), (Word(0.0, 1.5, " ask"),)), Segment(1.5, 3.25, " not", (2,)))
+        windows = (
+            WindowInfo(0, 0.0, 3.25, "translate", 0.0, 1, False, -0.9, 0.5, 1.1, SpecStats()),
+            WindowInfo(0, 0.0, 3.25, "transcribe", 0.2, 2, False, -0.25, 0.01, 1.3, SpecStats()),
+        )
 
     assert render(T, "json", "transcribe", False).body == b'{"text":"ask not"}'
     assert render(T, "text", "transcribe", False).body == b"ask not\n"
@@ -79,3 +94,6 @@ def test_render_formats():
 
     verbose = json.loads(render(T, "verbose_json", "transcribe", True).body)
     assert verbose["segments"][1]["start"] == 1.5 and verbose["words"] == [{"word": "ask", "start": 0.0, "end": 1.5}]
+    # the decode's own figures, from the transcribe window the segment came from
+    seg = verbose["segments"][1]
+    assert (seg["avg_logprob"], seg["no_speech_prob"], seg["temperature"], seg["compression_ratio"]) == (-0.25, 0.01, 0.2, 1.3)

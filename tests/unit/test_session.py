@@ -34,6 +34,7 @@ class FakeTranscriber:
         self.no_speech = no_speech
         self.vocab: dict[str, int] = {}
         self.encode_calls = 0
+        self.encoder_windows: list[float | None] = []
         self.decode_calls = 0
         self.requests: list[DecodeRequest] = []
         self.windows: list[tuple[float, float]] = []  # (offset, duration) of every encode
@@ -44,9 +45,10 @@ class FakeTranscriber:
                 return int(i)
         raise AssertionError("window not found in the stream")
 
-    def encode(self, audio: np.ndarray) -> EncodedAudio:
+    def encode(self, audio: np.ndarray, window: float | None = None) -> EncodedAudio:
         assert audio.dtype == np.float32 and audio.ndim == 1 and audio.size <= 30 * SR
         self.encode_calls += 1
+        self.encoder_windows.append(window)
         off = self._offset(audio) / SR
         self.windows.append((off, audio.size / SR))
         return EncodedAudio(duration=audio.size / SR, handle=(off, audio.size / SR))
@@ -207,6 +209,16 @@ def test_finals_come_soon_after_the_words_and_latency_stays_flat():
     assert max(d for _, d in tr.windows) <= StreamOptions().max_buffer + 1.0
 
 
+def test_encoder_sees_the_buffer_plus_its_pad_not_a_full_window():
+    script = make_script(30)
+    events, tr = run_session(noise(15), script, StreamOptions(vad=False, encoder_pad=4.0))
+    assert tr.encoder_windows and len(tr.encoder_windows) == len(tr.windows)
+    for window, (_, duration) in zip(tr.encoder_windows, tr.windows):
+        assert window == pytest.approx(duration + 4.0)
+    _, full = run_session(noise(15), script, StreamOptions(vad=False, encoder_pad=30.0))
+    assert set(full.encoder_windows) == {None}  # the batch setting: Whisper's 30 s window
+
+
 def test_buffer_trimmed_at_sentence_ends():
     script = make_script(40, sentence_every=5)
     audio = noise(20)
@@ -316,9 +328,9 @@ def test_two_sessions_share_a_scheduler_without_mixing():
         def _pick(self, audio):
             return self.fakes[0] if np.any(a_audio == audio[0]) else self.fakes[1]
 
-        def encode(self, audio):
+        def encode(self, audio, window=None):
             fake = self._pick(audio)
-            enc = fake.encode(audio)
+            enc = fake.encode(audio, window)
             return EncodedAudio(enc.duration, (fake, enc))
 
         def decode(self, encoded, request):

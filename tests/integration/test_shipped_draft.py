@@ -1,0 +1,56 @@
+"""The shipped draft decoder (models/drafts/base-draft.safetensors): it loads against base, its
+bytes match the committed sha256, and on two real clips the engine's output with it is exactly the
+output with `--draft none` (same engine, same default compute type), while it does draft.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specscribe.models.types import DecodeRequest
+
+pytestmark = pytest.mark.integration
+
+CHECKPOINT = Path(__file__).resolve().parents[2] / "models" / "drafts" / "base-draft.safetensors"
+
+
+def test_checkpoint_matches_its_sha256():
+    from specscribe.models.registry import sha256_file
+
+    want = Path(str(CHECKPOINT) + ".sha256").read_text().split()[0]
+    assert sha256_file(CHECKPOINT) == want
+    assert CHECKPOINT.stat().st_size < 20 * 2**20
+
+
+@pytest.fixture(scope="module")
+def engines(base_model_dir):
+    from specscribe.models.engines import EngineOptions
+    from specscribe.models.spec_engine import SpecEngine
+
+    make = lambda draft: SpecEngine(base_model_dir, EngineOptions(engine="spec", model="base", draft=draft))  # noqa: E731
+    return make("auto"), make("none")
+
+
+def test_auto_loads_the_shipped_checkpoint(engines):
+    from specscribe.models.draft import shipped_checkpoint
+
+    with_draft, _ = engines
+    assert shipped_checkpoint("base") == CHECKPOINT
+    assert with_draft.draft is not None and with_draft.draft.vocab_ids is not None
+
+
+@pytest.mark.parametrize("name", ["jfk", "0930"])
+@pytest.mark.parametrize("timestamps", [True, False])
+def test_shipped_draft_output_is_the_plain_output(engines, clips_dir, name, timestamps):
+    from specscribe.clips import evaluation_windows
+
+    with_draft, plain = engines
+    audio = evaluation_windows(clips_dir)[name]
+    request = DecodeRequest(task="transcribe", language="en", timestamps=timestamps)
+    got = with_draft.decode(with_draft.encode(audio), request)
+    want = plain.decode(plain.encode(audio), request)
+    assert got.tokens == want.tokens and got.text == want.text
+    assert got.stats.drafted > 0 and got.stats.accepted > 0  # the draft decoder did propose
+    assert got.stats.target_passes < want.stats.target_passes
