@@ -34,6 +34,10 @@ from specscribe.models.whisper import DecoderLayer, DecoderSession, TextDecoder
 
 FORMAT = "specscribe-draft-decoder"
 VERSION = "1"
+# Below this validation acceptance a draft decoder costs more than it saves on a CPU (draft step
+# ~15 % of a target step, a k+1-row verify pass ~1.5 single steps: bench_speculative.py), so
+# `auto` drafts with n-grams for that language group and task instead.
+AUTO_MIN_ACCEPTANCE = 0.5
 
 
 class DraftDecoder:
@@ -64,6 +68,9 @@ class DraftDecoder:
             proj.weight = nn.Parameter(emb.detach()[self.vocab_ids].clone(), requires_grad=False)  # (N, d)
         self.decoder = TextDecoder(target.token_embedding, target.positional_embedding, list(layers), target.ln, proj)
         self.sources = tuple(int(s) for s in sources)
+        # validation acceptance by group ("en-transcribe", "xx-transcribe", "xx-translate") from
+        # the checkpoint's training summary; `auto` drafts with this decoder only where it is high
+        self.group_acceptance: dict[str, float] = {}
         self.shared_cross_kv = False  # True: the layers' cross K/V projections are the target's own
         self._cross_for: tuple[weakref.ref, list] | None = None
 
@@ -189,7 +196,23 @@ class DraftDecoder:
             layers = layers.to(device=ref.device, dtype=ref.dtype)
         draft = cls(target, list(layers.eval()), sources, vocab_ids)
         draft.shared_cross_kv = meta.get("shared_cross_kv") == "true"
+        draft.group_acceptance = _group_acceptance(meta.get("training"))
         return draft
+
+    def pays_for(self, language: str, task: str) -> bool:
+        """Whether `auto` should draft with this decoder for (language, task): its validation
+        acceptance there is at least AUTO_MIN_ACCEPTANCE (unknown groups: yes)."""
+        group = f"{'en' if language == 'en' else 'xx'}-{task}"
+        return self.group_acceptance.get(group, 1.0) >= AUTO_MIN_ACCEPTANCE
+
+
+def _group_acceptance(training: str | None) -> dict[str, float]:
+    """{group: acceptance} from a checkpoint's "training" metadata (export.py), {} if absent."""
+    try:
+        groups = json.loads(training or "{}").get("val", {}).get("groups", {})
+        return {name: float(g["acceptance"]) for name, g in groups.items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {}
 
 
 class DraftDecoderDrafter:
@@ -329,12 +352,16 @@ def build_drafter(
     rules: LogitRules,
     eot: int,
     target_cross: list | None = None,
+    language: str = "en",
+    task: str = "transcribe",
 ):
     """The drafter for one decode. kind: none | ngram | decoder | auto.
 
     auto: the previous hypothesis when there is one, chained with the draft decoder when the engine
-    loaded one (the shipped checkpoint, or --draft-model), else with n-gram lookup. decoder/ngram:
-    previous hypothesis first too, when given (it is nearly free and nearly perfect on re-decodes).
+    loaded one (the shipped checkpoint, or --draft-model) and it pays for this language and task
+    (``DraftDecoder.pays_for``), else with n-gram lookup; with neither a hypothesis nor a paying
+    draft decoder, no drafter (plain decoding). decoder/ngram: previous hypothesis first too, when
+    given (it is nearly free and nearly perfect on re-decodes).
     """
     from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter
 
@@ -342,6 +369,10 @@ def build_drafter(
         return None
     if kind not in ("auto", "decoder", "ngram"):
         raise ValueError(f"unknown drafter {kind!r}; choose auto, none, decoder or ngram")
+    if kind == "auto" and draft is not None and not draft.pays_for(language, task):
+        draft = None
+    if kind == "auto" and draft is None and not hypothesis:
+        return None  # n-gram lookup alone accepts ~nothing in a first decode and costs a few %
     if kind == "ngram" or draft is None:
         base = NgramDrafter()
     else:

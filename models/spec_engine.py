@@ -21,7 +21,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from specscribe.models.compute import prepare_model, resolve_compute_type, resolve_device, set_threads
+from specscribe.models.compute import (
+    prepare_model,
+    resolve_compute_type,
+    resolve_device,
+    set_threads,
+    speed_up_cpu_decoder,
+)
 from specscribe.models.alignment import align_words
 from specscribe.models.decoding import GenerateOptions, Generation, build_prompt, detect_language, generate, max_new_tokens
 from specscribe.models.engines import EngineOptions
@@ -75,6 +81,7 @@ class SpecEngine:
         model = WhisperModel.from_ct2(ct2)
         del ct2
         self.model: WhisperModel = prepare_model(model, self.compute_type, self.device)
+        speed_up_cpu_decoder(self.model.decoder)  # float32 decoder on CPU: few-row matmuls (compute.py)
         self.model_name = str(options.model)
         self.is_multilingual = self.dims.n_vocab >= 51865
         self.tokenizer = WhisperTokenizer.from_folder(folder, self.is_multilingual)
@@ -198,7 +205,8 @@ class SpecEngine:
         )
         rules, session = self.rules(request), self.session(encoded)
         drafter = build_drafter(
-            self.draft_kind, request.hypothesis_tokens, self.draft, encoded.handle, rules, tok.eot, session.cross
+            self.draft_kind, request.hypothesis_tokens, self.draft, encoded.handle, rules, tok.eot, session.cross,
+            language, request.task,
         )
         gen, stats = generate_window(session, prompt, rules, options, drafter, self.dims.n_text_ctx)
         elapsed = (time.perf_counter() - started) * 1000

@@ -6,8 +6,9 @@ For each real clip (the parity test's: jfk, five LibriVox clips, both halves of 
 encoded once, every drafter decodes the same window (transcribe, timestamps on):
 - none: the speculative loop without a drafter (plain greedy, one token per pass): the baseline;
 - reference: the engine's reference loop (models/decoding.generate), for the loop's own overhead;
-- ngram, decoder (the shipped trained checkpoint if any, else untrained copies of the target's
-  first and last layers), random (deliberately bad).
+- auto (what the engine's default picks: the draft decoder where it pays, else n-gram), ngram,
+  decoder (the shipped trained checkpoint if any, else untrained copies of the target's first and
+  last layers), decoder-fullvocab (the same layers with a full-vocabulary head), random (deliberately bad).
 It reports decode-phase time (median of --repeat), end-to-end time (encoder + decode), tokens per
 target pass and acceptance. Streaming re-decode: decode the first N-1 s, then the first N s with
 and without the previous-hypothesis drafter. Near ties: how often a speculative decode differs
@@ -99,13 +100,16 @@ def full_head_twin(engine, draft):
     return twin
 
 
-def drafter_factories(engine, draft):
-    from specscribe.models.draft import DraftDecoderDrafter
+def drafter_factories(engine, draft, language="en", task="transcribe"):
+    from specscribe.models.draft import DraftDecoderDrafter, build_drafter
     from specscribe.models.drafters import NgramDrafter, RandomDrafter
 
     eot = engine.tokenizer.eot
     out = {
         "none": lambda enc, rules: None,
+        "auto": lambda enc, rules: build_drafter(
+            "auto", (), draft, enc.handle, rules, eot, engine.session(enc).cross, language, task
+        ),
         "ngram": lambda enc, rules: NgramDrafter(),
         "decoder": lambda enc, rules: DraftDecoderDrafter(draft, enc.handle, rules, eot, engine.session(enc).cross),
         "random": lambda enc, rules: RandomDrafter(engine.dims.n_vocab, seed=0),
@@ -163,7 +167,7 @@ def run(args) -> dict:
         row = {"duration_s": round(len(audio) / SAMPLE_RATE, 2), "encode_ms": round(encode_ms, 1), "task": task,
                "group": group_of(name, task),
                "reference_loop": {"decode_ms": round(ref_ms, 1), "tokens": len(ref.tokens) + 1}, "drafters": {}}
-        for label, make in factories.items():
+        for label, make in drafter_factories(engine, draft, language, task).items():
             gen, stats, ms = bench.speculative(encoded, request, language, make)
             row["drafters"][label] = {
                 "decode_ms": round(ms, 1), "end_to_end_ms": round(ms + encode_ms, 1),

@@ -67,7 +67,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         init=args.init,
         threads=args.threads,
     )
-    folders = [Path(f) for f in args.data.split(",") if f]
+    folders = [Path(f).expanduser() for f in args.data.split(",") if f]
     result = train.train_from_folder(folders, args.model, Path(args.draft_out), options)
     print(json.dumps(result, indent=1))
     return 0

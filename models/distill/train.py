@@ -380,7 +380,14 @@ def train_from_folder(
     log_path = out.with_suffix(".train_log.jsonl")
     started = time.monotonic()
 
+    best = {"acceptance": -1.0}
+
     def save(current: DraftNet, report: dict[str, Any]) -> None:
+        """Export at each validation pass that is the best so far (no validation split: every pass)."""
+        acceptance = report.get("acceptance", 0.0) if report else 0.0
+        if acceptance < best["acceptance"]:
+            return
+        best["acceptance"] = acceptance
         summary = {"options": asdict(options), "val": report, "target": info["model"]}
         summary |= {"train_sequences": len(loaded), "minutes": round((time.monotonic() - started) / 60, 1)}
         export_draft(current, out, target, info["sha256"], summary)
@@ -395,4 +402,7 @@ def train_from_folder(
 
         log({"options": asdict(options), "train": len(train_set), "val": len(val_set)})
         report = train(net, train_set, val_set, encoders, options, log, refresh if options.follow else None, save)
-    return {"checkpoint": str(out), "log": str(log_path), "train_sequences": len(loaded), "val": report}
+    return {
+        "checkpoint": str(out), "log": str(log_path), "train_sequences": len(loaded),
+        "best_val_acceptance": best["acceptance"], "val": report,
+    }

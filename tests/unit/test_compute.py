@@ -25,3 +25,50 @@ def test_override_and_bad_values():
 
 def test_fast_bf16_flags():
     assert cpu_has_fast_bf16({"amx_bf16"}) and not cpu_has_fast_bf16({"avx2", "avx512f"})
+
+
+def test_few_row_linear_equals_linear_for_one_and_several_rows():
+    import torch
+    from torch import nn
+
+    from specscribe.models.compute import FewRowLinear
+
+    torch.manual_seed(0)
+    for out in (48, 9000):  # a layer, and a head-sized output (the W @ x.T path for several rows)
+        linear = nn.Linear(32, out, bias=out < 100)
+        fast = FewRowLinear.from_linear(linear, keep_weight=False)
+        for shape in ((1, 1, 32), (1, 5, 32), (3, 32)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(fast(x), linear(x), atol=1e-5, rtol=1e-5)
+        assert fast.weight.data_ptr() == fast.weight_t.data_ptr()  # a view: no second copy
+    # several rows give each row what a one-row pass gives (what speculative verification needs)
+    x = torch.randn(6, 32)
+    rows = torch.cat([fast(x[i : i + 1]) for i in range(6)])
+    torch.testing.assert_close(fast(x), rows, atol=1e-5, rtol=1e-5)
+
+
+def test_speed_up_cpu_decoder_keeps_the_outputs_and_the_tied_head():
+    import copy
+
+    import torch
+    from torch import nn
+
+    from specscribe.models.compute import FewRowLinear, speed_up_cpu_decoder
+    from specscribe.models.weights import WhisperDims
+    from specscribe.models.whisper import WhisperModel
+
+    torch.manual_seed(0)
+    dims = WhisperDims(n_mels=8, n_audio_ctx=6, n_audio_state=16, n_audio_head=2, n_audio_layer=1,
+                       n_vocab=40, n_text_ctx=24, n_text_state=16, n_text_head=2, n_text_layer=2)  # fmt: skip
+    model = WhisperModel(dims).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.2)
+    plain = copy.deepcopy(model.decoder)
+    fast = speed_up_cpu_decoder(model.decoder)
+    assert isinstance(fast.proj, FewRowLinear) and fast.proj.weight is fast.token_embedding.weight
+    assert not any(type(m) is nn.Linear for m in fast.modules())
+    enc = torch.randn(1, 6, 16)
+    want = plain.session(enc).forward([1, 2, 3, 4])
+    got = fast.session(enc).forward([1, 2, 3, 4])
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -214,10 +214,18 @@ def test_build_drafter_choices(tiny):
     draft = DraftDecoder.from_target(model.decoder)
     rules = None
     assert build_drafter("none", (1, 2), draft, enc, rules, 39) is None
-    assert isinstance(build_drafter("auto", (), None, enc, rules, 39), NgramDrafter)
+    assert build_drafter("auto", (), None, enc, rules, 39) is None  # nothing that would pay: plain
     assert isinstance(build_drafter("auto", (), draft, enc, rules, 39), DraftDecoderDrafter)
     assert build_drafter("auto", (1, 2), None, enc, rules, 39).name == "hypothesis+ngram"
     assert build_drafter("decoder", (1, 2), draft, enc, rules, 39).name == "hypothesis+decoder"
     assert isinstance(build_drafter("ngram", (), draft, enc, rules, 39), NgramDrafter)
     with pytest.raises(ValueError, match="unknown drafter"):
         build_drafter("fast", (), draft, enc, rules, 39)
+    # auto skips a draft decoder whose validation acceptance is low for the language and task
+    draft.group_acceptance = {"en-transcribe": 0.66, "xx-transcribe": 0.38, "xx-translate": 0.41}
+    assert isinstance(build_drafter("auto", (), draft, enc, rules, 39, language="en"), DraftDecoderDrafter)
+    assert build_drafter("auto", (), draft, enc, rules, 39, language="de") is None
+    assert build_drafter("auto", (1, 2), draft, enc, rules, 39, language="de").name == "hypothesis+ngram"
+    assert isinstance(build_drafter("auto", (), draft, enc, rules, 39, language="en", task="translate"), DraftDecoderDrafter)
+    assert build_drafter("auto", (), draft, enc, rules, 39, language="de", task="translate") is None
+    assert isinstance(build_drafter("decoder", (), draft, enc, rules, 39, language="de"), DraftDecoderDrafter)  # asked for
