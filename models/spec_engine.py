@@ -204,7 +204,10 @@ class SpecEngine:
             seed=request.seed,
         )
         rules, session = self.rules(request), self.session(encoded)
-        drafter = build_drafter(
+        # Temperature-fallback decodes run without drafts: with drafts, how much of the seeded random
+        # stream a decode consumes depends on the timing-driven draft length, so the same seed could
+        # give a different (equally likely) text on every run. Plain sampling is reproducible.
+        drafter = None if request.temperature > 0 else build_drafter(
             self.draft_kind, request.hypothesis_tokens, self.draft, encoded.handle, rules, tok.eot, session.cross,
             language, request.task,
         )

@@ -54,3 +54,17 @@ def test_shipped_draft_output_is_the_plain_output(engines, clips_dir, name, time
     assert got.tokens == want.tokens and got.text == want.text
     assert got.stats.drafted > 0 and got.stats.accepted > 0  # the draft decoder did propose
     assert got.stats.target_passes < want.stats.target_passes
+
+
+def test_fallback_sampling_is_plain_and_reproducible(engines, clips_dir):
+    """Temperature-fallback decodes run without drafts, so a seed gives one text on every run."""
+    from specscribe.clips import evaluation_windows
+
+    with_draft, plain = engines
+    audio = evaluation_windows(clips_dir)["0870"]
+    request = DecodeRequest(task="transcribe", language="en", temperature=0.8, seed=3)
+    encoded = with_draft.encode(audio)
+    first = with_draft.decode(encoded, request)
+    again = with_draft.decode(encoded, request)
+    assert first.tokens == again.tokens and first.stats.drafted == 0
+    assert plain.decode(plain.encode(audio), request).tokens == first.tokens
