@@ -102,8 +102,9 @@ class SpecEngine:
         ]  # openai/whisper's default: every head of the second half of the layers
         self.draft = None
         # `auto` and `decoder` load --draft-model, else the checkpoint shipped for this model
-        # (docs/draft_model.md). `auto` skips a shipped checkpoint made for another target (then
-        # drafts from n-grams); a named --draft-model for another target fails here (ModelError).
+        # (docs/draft_model.md). `auto` skips a shipped checkpoint made for another target (and
+        # drafts with the decoder only where it pays: build_drafter); a named --draft-model for
+        # another target fails here (ModelError).
         if options.draft in ("auto", "decoder"):
             self.draft = load_draft_decoder(
                 self.model.decoder, folder, self.model_name, options.draft_model, self.compute_type,
