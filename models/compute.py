@@ -144,7 +144,8 @@ def speed_up_cpu_decoder(decoder: nn.Module) -> nn.Module:
     """Swap the float32 nn.Linear layers of a TextDecoder (its layers and output head) for
     FewRowLinear, in place, for inference on CPU. Quantized or half-precision decoders are left
     as they are. Returns the decoder."""
-    if next(decoder.parameters()).dtype != torch.float32 or next(decoder.parameters()).device.type != "cpu":
+    first = next(decoder.parameters())
+    if first.dtype != torch.float32 or first.device.type != "cpu":
         return decoder
     tied = decoder.proj.weight is decoder.token_embedding.weight
     for module in list(decoder.layers.modules()):

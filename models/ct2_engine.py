@@ -92,7 +92,7 @@ class Ct2Engine:
         duration = min(len(audio), N_FRAMES * HOP_LENGTH) / SAMPLE_RATE
         features = self._fw.feature_extractor(audio[: N_FRAMES * HOP_LENGTH])  # (n_mels, frames + 1)
         num_frames = min(features.shape[-1] - 1, N_FRAMES)
-        frames = encoder_frames(None if window is None else max(window, duration))
+        frames = encoder_frames(window, duration)
         features = np.ascontiguousarray(pad_or_trim(features[:, :num_frames])[:, :frames])  # (n_mels, frames)
         output = self._fw.encode(features)  # (1, frames // 2, d)
         return EncodedAudio(duration=duration, handle=_Ct2Encoding(output, num_frames))

@@ -36,7 +36,7 @@ FORMAT = "specscribe-draft-decoder"
 VERSION = "1"
 # Below this validation acceptance a draft decoder costs more than it saves on a CPU (draft step
 # ~15 % of a target step, a k+1-row verify pass ~1.5 single steps: bench_speculative.py), so
-# `auto` drafts with n-grams for that language group and task instead.
+# `auto` does not draft with it for that language group and task (build_drafter).
 AUTO_MIN_ACCEPTANCE = 0.5
 
 

@@ -169,7 +169,7 @@ class SpecEngine:
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         duration = min(len(audio), N_FRAMES * HOP_LENGTH) / SAMPLE_RATE
         started = time.perf_counter()
-        frames = encoder_frames(None if window is None else max(window, duration))
+        frames = encoder_frames(window, duration)
         mel = self.features(audio)[:, :frames]  # (n_mels, frames)
         mid = time.perf_counter()
         enc = self.model.encode(torch.from_numpy(mel).unsqueeze(0).to(self.device))  # (1, frames // 2, d)

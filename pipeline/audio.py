@@ -6,9 +6,8 @@ outside this module; sample offsets are ints at SAMPLE_RATE.
 
 from __future__ import annotations
 
-import math
-
 import io
+import math
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,17 +31,18 @@ TOKENS_PER_SECOND = _exact_div(SAMPLE_RATE, N_SAMPLES_PER_TOKEN)  # 50 encoder p
 TIME_PRECISION = 1 / TOKENS_PER_SECOND  # 0.02 s per timestamp token
 
 
-def encoder_frames(window: float | None) -> int:
-    """Mel frames of encoder input for a window of `window` seconds (None: Whisper's full 30 s).
+def encoder_frames(window: float | None, audio_seconds: float = 0.0) -> int:
+    """Mel frames of encoder input for a window of `window` seconds, never shorter than the audio
+    (None: Whisper's full 30 s).
 
     A shorter encoder input (the audio plus some padding, instead of 30 s) costs proportionally
     less encoder and cross-attention time. Whisper was trained on 30 s windows only, so the text
     can differ a little, and with under ~2 s of padding after the speech it starts to repeat
     itself; streaming uses the audio + StreamOptions.encoder_pad. Whole seconds, at least 2 s.
     """
-    if window is None or window >= CHUNK_LENGTH:
+    if window is None or max(window, audio_seconds) >= CHUNK_LENGTH:
         return N_FRAMES
-    return max(2, math.ceil(window)) * FRAMES_PER_SECOND
+    return max(2, math.ceil(max(window, audio_seconds))) * FRAMES_PER_SECOND
 
 
 class AudioError(Exception):

@@ -30,19 +30,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def load_clips(limit_s: float = 30.0) -> dict:
-    from specscribe.clips import clips_dir, librivox_clips
+def load_clips() -> dict:
+    """The eight evaluation windows (specscribe.clips) plus the lecture's first 30 s."""
+    from specscribe.clips import clips_dir, evaluation_windows
     from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
 
-    folder = clips_dir()
-    clips = {"jfk": load_audio(folder / "jfk.flac")}
-    for path in sorted(librivox_clips(folder)):
-        clips[path.stem[-4:]] = load_audio(path)
-    multi = load_audio(folder / "multilingual.mp3")
-    n = int(limit_s * SAMPLE_RATE)
-    clips["multilingual-en"] = multi[:n]
-    clips["multilingual-de"] = multi[n : 2 * n]
-    clips["physicsworks-30s"] = load_audio(folder / "physicsworks.wav")[:n]
+    clips = evaluation_windows()
+    clips["physicsworks-30s"] = load_audio(clips_dir() / "physicsworks.wav")[: 30 * SAMPLE_RATE]
     return clips
 
 

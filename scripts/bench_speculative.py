@@ -28,20 +28,6 @@ from pathlib import Path
 CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", "multilingual-de"]
 
 
-def load_clips():
-    from specscribe.clips import clips_dir, librivox_clips
-    from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
-
-    folder = clips_dir()
-    out = {"jfk": load_audio(folder / "jfk.flac")}
-    for path in sorted(librivox_clips(folder)):
-        out[path.stem[-4:]] = load_audio(path)
-    multi = load_audio(folder / "multilingual.mp3")
-    cut = 30 * SAMPLE_RATE
-    out["multilingual-en"], out["multilingual-de"] = multi[:cut], multi[cut : 2 * cut]
-    return out
-
-
 class Bench:
     def __init__(self, engine, repeat: int):
         self.engine, self.repeat = engine, repeat
@@ -93,10 +79,7 @@ def full_head_twin(engine, draft):
     twin = DraftDecoder(engine.model.decoder, list(draft.decoder.layers), draft.sources, torch.arange(engine.dims.n_vocab))
     twin.shared_cross_kv = draft.shared_cross_kv
     if engine.compute_type in ("int8", "int8_float32"):
-        from specscribe.models.compute import prepare_model
-        from torch import nn
-
-        twin.decoder.proj = prepare_model(nn.ModuleList([twin.decoder.proj]), "int8", "cpu")[0]
+        twin.quantize_int8()  # its layers are the draft's, quantized already: only the head changes
     return twin
 
 
@@ -129,6 +112,7 @@ def group_of(name: str, task: str) -> str:
 def run(args) -> dict:
     import torch
 
+    from specscribe.clips import evaluation_windows
     from specscribe.models.draft import DraftDecoder, shipped_checkpoint
     from specscribe.models.drafters import PreviousHypothesisDrafter
     from specscribe.models.engines import EngineOptions
@@ -144,7 +128,7 @@ def run(args) -> dict:
     draft = engine.draft
     factories = drafter_factories(engine, draft)
     bench = Bench(engine, args.repeat)
-    clips = load_clips()
+    clips = evaluation_windows()
     names = [n for n in CLIP_NAMES if not args.clips or n in args.clips.split(",")]
     report: dict = {
         "config": {

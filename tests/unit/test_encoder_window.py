@@ -18,3 +18,9 @@ def test_streaming_window_is_audio_plus_pad():
     assert encoder_window(audio, 5.0) == 11.0
     assert encoder_window(audio, 30.0) is None
     assert encoder_window(np.zeros(16000 * 26, np.float32), 5.0) is None
+
+
+def test_encoder_frames_never_cut_the_audio():
+    assert encoder_frames(3.0, audio_seconds=7.5) == 800
+    assert encoder_frames(3.0, audio_seconds=31.0) == 3000
+    assert encoder_frames(None, audio_seconds=4.0) == 3000
