@@ -134,7 +134,7 @@ def fit_words_to_segments(segments: Sequence[Segment], timings: list[dict], dura
 
 
 def align_words(
-    forward: Callable[[list[int]], tuple[torch.Tensor, torch.Tensor]],
+    forward: Callable[[list[int], int], tuple[torch.Tensor, torch.Tensor]],
     sot_sequence: Sequence[int],
     no_timestamps: int,
     eot: int,
@@ -143,20 +143,28 @@ def align_words(
     segments: Sequence[Segment],
     duration: float,
     num_frames: int,
+    text_probs: Sequence[float] | None = None,
 ) -> tuple[Segment, ...]:
     """Word timings for ``segments`` (their text tokens, in order) of one window.
 
-    forward: one pass of a FRESH target decoder session returning (logits (T, V), cross-attention
-        logits (n_layers, H, T, S)), e.g. ``lambda t: session.forward(t, return_cross_attention=True)``.
+    forward: one pass of a FRESH target decoder session, (tokens, logits_from) -> (logits
+        (T - logits_from, V), cross-attention logits (n_layers, H, T, S)), e.g.
+        ``lambda t, f: session.forward(t, return_cross_attention=True, logits_from=f)``.
     num_frames: mel frames of real audio in the window (<= 3000).
+    text_probs: the probability of each text token, if the caller has them (the decode's own:
+        the spec engine keeps them); the pass then skips the output head. None: as
+        openai/whisper, from this pass (softmax over the text tokens, no prompt).
     """
     text = [t for seg in segments for t in seg.tokens if t < eot]
     if not text:
         return tuple(segments)
     tokens = [*sot_sequence, no_timestamps, *text, eot]
-    logits, scores = forward(tokens)  # (T, V), (L, H, T, S)
-    probs = logits[len(sot_sequence) :, :eot].float().softmax(dim=-1)  # rows predict text + eot
-    text_probs = probs[torch.arange(len(text)), torch.tensor(text)].tolist()
+    if text_probs is not None and len(text_probs) == len(text):
+        _, scores = forward(tokens, len(tokens))  # (L, H, T, S); no logits
+    else:
+        logits, scores = forward(tokens, len(sot_sequence))  # (T - len(sot), V), (L, H, T, S)
+        probs = logits.float()[:, :eot].softmax(dim=-1)  # rows predict text + eot
+        text_probs = probs[torch.arange(len(text)), torch.tensor(text)].tolist()
     matrix = alignment_matrix(scores, heads, max(2, num_frames))[len(sot_sequence) : -1]  # (len(text)+1, F)
     words, word_tokens = split_to_word_tokens(text + [eot])
     timings = word_timings(words, word_tokens, matrix, text_probs)

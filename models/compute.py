@@ -102,39 +102,47 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
     raise ValueError(f"unknown compute type {compute_type!r}")
 
 
+MANY_ROWS = 64  # FewRowLinear: from this many rows on, x @ W_t
+
+
 class FewRowLinear(nn.Linear):
     """nn.Linear for the decoder's passes of a few rows (1 token, or k+1 in a verify pass) on CPU.
 
     torch's F.linear computes x @ W.T with W stored (out, in); for a handful of rows the GEMM
-    repacks W on every call, so a 2-row pass of the 51,865-row output head costs twice a 1-row
-    pass (measured on this project's AVX2 CPU: 17.7 ms at 1 row, 39-41 ms at 2-8 rows). Here
-    one row multiplies the contiguous transpose (in, out) (9.9 ms for the head) and several
-    rows use W @ x.T, whose large dimension is W's rows (11-16 ms at 2-8 rows). The results equal
-    F.linear's up to float rounding (about 1e-6); rows stay independent of each other.
+    packs W on every call, and in a real decoder pass W comes from memory, not cache. Measured on
+    this project's AVX2 CPU with cold caches (scripts/bench_speculative.py reports the effect):
+    - one row: x @ W_t, with the contiguous transpose W_t (in, out), is fastest when out >= in
+      (the output head: 7.8 ms against 17.5 ms for F.linear); for out < in (fc2) W @ x.T is;
+    - several rows: W @ x.T with W contiguous (out, in), whose large dimension is W's rows, is
+      2-4x faster than F.linear or x @ W_t for every decoder shape (the head at 4 rows: 10 ms
+      against 36-42 ms; fc1 at 4 rows: 0.4 ms against 1.2-1.8 ms);
+    - many rows (MANY_ROWS or more: the cross-attention K/V of a window) are an ordinary GEMM,
+      where x @ W_t is fastest again (6.2 ms against 8.4 for 575 encoder frames).
+    The results equal F.linear's up to float rounding (about 1e-6); rows stay independent.
 
-    The layer owns ``weight_t`` (in, out) contiguous; ``weight`` is then a view of it, except for
-    a head tied to the embedding, which keeps both (the embedding needs rows contiguous).
+    The layer holds W (out, in) and, where one-row passes use it, W_t (in, out): contiguous
+    copies of the same weights, for speed (the decoder's float32 weights, up to twice).
     """
 
-    weight_t: torch.Tensor
+    weight_t: torch.Tensor | None
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, keep_weight: bool) -> "FewRowLinear":
+    def from_linear(cls, linear: nn.Linear) -> "FewRowLinear":
         new = cls.__new__(cls)
         nn.Module.__init__(new)
         new.in_features, new.out_features = linear.in_features, linear.out_features
-        weight_t = linear.weight.detach().t().contiguous()  # (in, out)
-        new.register_buffer("weight_t", weight_t, persistent=False)
-        new.weight = linear.weight if keep_weight else nn.Parameter(weight_t.t(), requires_grad=False)  # (out, in)
+        new.weight = linear.weight  # (out, in), contiguous (a tied head shares the embedding's)
         new.bias = linear.bias
+        weight_t = linear.weight.detach().t().contiguous() if new.out_features >= new.in_features else None
+        new.register_buffer("weight_t", weight_t, persistent=False)  # (in, out)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         rows = x.reshape(-1, self.in_features)  # (R, in)
-        if rows.shape[0] == 1 or self.out_features < 8192:
+        if self.weight_t is not None and (rows.shape[0] == 1 or rows.shape[0] >= MANY_ROWS):
             y = rows @ self.weight_t  # (R, out)
         else:
-            y = (self.weight @ rows.T).T  # (R, out): the head, several rows
+            y = (self.weight @ rows.T).T  # (R, out)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -147,11 +155,10 @@ def speed_up_cpu_decoder(decoder: nn.Module) -> nn.Module:
     first = next(decoder.parameters())
     if first.dtype != torch.float32 or first.device.type != "cpu":
         return decoder
-    tied = decoder.proj.weight is decoder.token_embedding.weight
     for module in list(decoder.layers.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                setattr(module, name, FewRowLinear.from_linear(child, keep_weight=False))
+                setattr(module, name, FewRowLinear.from_linear(child))
     if type(decoder.proj) is nn.Linear:
-        decoder.proj = FewRowLinear.from_linear(decoder.proj, keep_weight=tied)
+        decoder.proj = FewRowLinear.from_linear(decoder.proj)
     return decoder

@@ -89,6 +89,7 @@ class Generation:
         no_speech_prob: softmax probability of <|nospeech|> at the sot position (raw logits).
         passes: decoder passes after the prompt prefill.
         finished: whether end-of-text was produced (False: the length limit was hit).
+        logprobs: per token of ``tokens``, its log-probability as in sum_logprob.
     """
 
     tokens: tuple[int, ...]
@@ -96,6 +97,7 @@ class Generation:
     no_speech_prob: float
     passes: int
     finished: bool
+    logprobs: tuple[float, ...] = ()
 
     @property
     def avg_logprob(self) -> float:
@@ -117,6 +119,7 @@ def generate(session: DecoderSession, prompt: Sequence[int], rules: LogitRules, 
     if options.temperature > 0 and options.seed is not None:
         generator = torch.Generator().manual_seed(options.seed)
     tokens: list[int] = []
+    token_logprobs: list[float] = []
     sum_logprob, passes, finished = 0.0, 0, False
     for _ in range(options.max_new_tokens):
         filtered = rules.apply(step_logits, tokens)  # (V,)
@@ -131,13 +134,14 @@ def generate(session: DecoderSession, prompt: Sequence[int], rules: LogitRules, 
             finished = True
             break
         tokens.append(token)
+        token_logprobs.append(float(logprobs[token]))
         if len(tokens) == options.max_new_tokens:
             break
         step_logits = session.forward([token])[-1]
         passes += 1
     if not math.isfinite(sum_logprob):
         sum_logprob = -1e9
-    return Generation(tuple(tokens), sum_logprob, no_speech_prob, passes, finished)
+    return Generation(tuple(tokens), sum_logprob, no_speech_prob, passes, finished, tuple(token_logprobs))
 
 
 @dataclass(frozen=True)

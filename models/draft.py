@@ -232,9 +232,11 @@ class DraftDecoderDrafter:
         rules: LogitRules | None = None,
         eot: int | None = None,
         target_cross: list | None = None,
+        max_k: int = 8,
     ):
         self.draft, self.enc, self.rules, self.eot = draft, enc, rules, eot
         self.target_cross = target_cross
+        self.max_k = max_k  # a draft step costs ~1/6 of a target pass: longer rounds rarely pay
         self.session: DecoderSession | None = None
         self._cached: list[int] = []  # the tokens in the session's cache
         self._prompt: list[int] = []
@@ -259,7 +261,7 @@ class DraftDecoderDrafter:
         assert self.session is not None, "begin() first"
         seq = self._prompt + list(generated)
         self._sync(seq, keep_last=True)
-        k = min(k, self.session.decoder.n_ctx - len(seq))
+        k = min(k, self.max_k, self.session.decoder.n_ctx - len(seq))
         if k <= 0:
             return Draft(())
         feed = seq[len(self._cached) :]  # at least the last token
@@ -357,11 +359,13 @@ def build_drafter(
 ):
     """The drafter for one decode. kind: none | ngram | decoder | auto.
 
-    auto: the previous hypothesis when there is one, chained with the draft decoder when the engine
-    loaded one (the shipped checkpoint, or --draft-model) and it pays for this language and task
-    (``DraftDecoder.pays_for``), else with n-gram lookup; with neither a hypothesis nor a paying
-    draft decoder, no drafter (plain decoding). decoder/ngram: previous hypothesis first too, when
-    given (it is nearly free and nearly perfect on re-decodes).
+    auto: with a previous hypothesis (a streaming re-decode), the hypothesis chained with n-gram
+    lookup: what a re-decode adds after the hypothesis is a few tokens and end-of-text, where the
+    draft decoder's steps cost more than they save (scripts/bench_streaming.py measured its
+    latency and compute either way). Without one, the draft decoder when the engine loaded one
+    (the shipped checkpoint, or --draft-model) and it pays for this language and task
+    (``DraftDecoder.pays_for``), else no drafter (plain decoding). decoder/ngram: previous
+    hypothesis first too, when given (it is nearly free and nearly perfect on re-decodes).
     """
     from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter
 
@@ -369,7 +373,7 @@ def build_drafter(
         return None
     if kind not in ("auto", "decoder", "ngram"):
         raise ValueError(f"unknown drafter {kind!r}; choose auto, none, decoder or ngram")
-    if kind == "auto" and draft is not None and not draft.pays_for(language, task):
+    if kind == "auto" and draft is not None and (hypothesis or not draft.pays_for(language, task)):
         draft = None
     if kind == "auto" and draft is None and not hypothesis:
         return None  # n-gram lookup alone accepts ~nothing in a first decode and costs a few %

@@ -76,7 +76,9 @@ class PreviousHypothesisDrafter(_NoState):
     While the output follows the hypothesis it proposes the next tokens from the same place.
     After a mismatch it looks for the last ``n`` generated tokens in the hypothesis (n from
     ``max_n`` down to 1), taking the occurrence nearest to where it expected to be, and goes on
-    from there; when nothing matches it proposes nothing.
+    from there. When nothing matches but the output followed the hypothesis up to its last token,
+    that token is taken as a substitution (re-decodes often swap one word: " ask" / " asked") and
+    the hypothesis goes on after the token it replaced. Otherwise it proposes nothing.
     """
 
     name = "hypothesis"
@@ -103,6 +105,9 @@ class PreviousHypothesisDrafter(_NoState):
                 end = min(ends, key=lambda e: (abs(e - pos), -e))
                 self._offset = end - g
                 return Draft(tuple(hyp[end : end + k]))
+        m = min(g - 1, self.max_n, pos - 1)  # a substitution: the tokens before the last one match
+        if 1 <= pos < len(hyp) and hyp[pos - 1 - m : pos - 1] == list(generated[g - 1 - m : g - 1]):
+            return Draft(tuple(hyp[pos : pos + k]))
         return Draft(())
 
 

@@ -19,10 +19,11 @@ class DecoderSession(Protocol):
         """Number of tokens currently in the KV cache."""
         ...
 
-    def forward(self, tokens: Sequence[int]) -> torch.Tensor:
+    def forward(self, tokens: Sequence[int], logits_from: int = 0) -> torch.Tensor:
         """Append T new tokens to the cache in one pass.
 
-        Returns logits (T, V), float32: row i predicts the token after tokens[i].
+        Returns logits (T - logits_from, V), float32: row i predicts the token after
+        tokens[logits_from + i]. Rows before logits_from (a prompt's) skip the output head.
         """
         ...
 

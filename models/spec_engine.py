@@ -12,6 +12,7 @@ gives the same input as in the ct2 engine. Decoding is target-only greedy (or sa
 from __future__ import annotations
 
 import json
+import math
 import time
 import weakref
 from dataclasses import dataclass
@@ -34,12 +35,14 @@ from specscribe.models.engines import EngineOptions
 from specscribe.models.draft import build_drafter, load_draft_decoder
 from specscribe.models.errors import ModelError
 from specscribe.models.logits import RuleConfig, WhisperLogitRules, suppressed_token_ids
-from specscribe.models.speculative import generate_window
+from specscribe.models.speculative import SpecOptions, generate_window
 from specscribe.models.tokenizer import WhisperTokenizer
 from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult
 from specscribe.models.weights import WhisperDims, read_model_bin
 from specscribe.models.whisper import DecoderSession, WhisperModel
 from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION, encoder_frames
+
+HYPOTHESIS_K = 32  # most drafted tokens per pass when re-decoding with a previous hypothesis
 
 
 @dataclass
@@ -212,7 +215,12 @@ class SpecEngine:
             self.draft_kind, request.hypothesis_tokens, self.draft, encoded.handle, rules, tok.eot, session.cross,
             language, request.task,
         )
-        gen, stats = generate_window(session, prompt, rules, options, drafter, self.dims.n_text_ctx)
+        spec = None
+        if drafter is not None and request.hypothesis_tokens:
+            # a re-decode's previous hypothesis is nearly free and mostly right: verify long runs
+            # of it per pass (the draft decoder caps its own rounds: DraftDecoderDrafter.max_k)
+            spec = SpecOptions(eot=tok.eot, k_init=min(HYPOTHESIS_K, len(request.hypothesis_tokens) + 1), k_max=HYPOTHESIS_K)
+        gen, stats = generate_window(session, prompt, rules, options, drafter, self.dims.n_text_ctx, spec)
         elapsed = (time.perf_counter() - started) * 1000
         self.times.decode_total += elapsed
         self.times.n_decodes += 1
@@ -229,15 +237,23 @@ class SpecEngine:
             no_speech_prob=gen.no_speech_prob,
             temperature=request.temperature,
             stats=stats,
+            token_logprobs=gen.logprobs,
         )
 
     def align_words(self, encoded: EncodedAudio, result: WindowResult) -> tuple[Segment, ...]:
-        """One extra target pass over the final tokens (models/alignment.py)."""
+        """One extra target pass over the final tokens (models/alignment.py). Word probabilities
+        are the decode's own (token_logprobs), so that pass skips the output head."""
         tok = self.tokenizer
         session = self.session(encoded)
         num_frames = min(N_FRAMES, int(round(encoded.duration * SAMPLE_RATE / HOP_LENGTH)))
+        text = [t for t in result.tokens if t < tok.eot]
+        text_probs = None
+        if len(result.token_logprobs) == len(result.tokens) and text == [
+            t for seg in result.segments for t in seg.tokens if t < tok.eot
+        ]:
+            text_probs = [math.exp(lp) for t, lp in zip(result.tokens, result.token_logprobs) if t < tok.eot]
         return align_words(
-            lambda tokens: session.forward(tokens, return_cross_attention=True),
+            lambda tokens, logits_from: session.forward(tokens, return_cross_attention=True, logits_from=logits_from),
             tok.sot_sequence("transcribe", result.language),
             tok.no_timestamps,
             tok.eot,
@@ -246,6 +262,7 @@ class SpecEngine:
             result.segments,
             encoded.duration,
             num_frames,
+            text_probs,
         )
 
     def encode_text(self, text: str) -> tuple[int, ...]:

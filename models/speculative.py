@@ -202,10 +202,14 @@ def generate(
                 propose_ms = (clock() - t0) * 1e3
             t0 = clock()
             start, prefill = target.length, len(pending) > 1
-            logits = target.forward(pending + list(draft.tokens))  # (P + n, V)
-            if opts.keep_prompt_row is not None and start <= opts.keep_prompt_row < start + len(pending):
-                row_logits = logits[opts.keep_prompt_row - start].clone()
-            rows = logits[len(pending) - 1 :]  # (n + 1, V): row i predicts the token after draft[:i]
+            first = len(pending) - 1  # the head runs from here (and from the kept prompt row)
+            keep = opts.keep_prompt_row is not None and start <= opts.keep_prompt_row < start + len(pending)
+            if keep:
+                first = min(first, opts.keep_prompt_row - start)
+            logits = target.forward(pending + list(draft.tokens), logits_from=first)  # (P + n - first, V)
+            if keep:
+                row_logits = logits[opts.keep_prompt_row - start - first].clone()
+            rows = logits[len(pending) - 1 - first :]  # (n + 1, V): row i predicts the token after draft[:i]
             if opts.temperature > 0:
                 emitted, lps = _verify_sampling(rows, draft, generated, rules, opts, room, generator)
             else:
@@ -341,5 +345,6 @@ def generate_window(
     no_speech_prob = 0.0
     if res.prompt_row_logits is not None:
         no_speech_prob = float(torch.softmax(res.prompt_row_logits, dim=-1)[options.no_speech])
-    gen = Generation(tuple(tokens), sum_logprob, no_speech_prob, max(0, res.stats.target_passes - 1), res.finished)
+    passes = max(0, res.stats.target_passes - 1)
+    gen = Generation(tuple(tokens), sum_logprob, no_speech_prob, passes, res.finished, res.logprobs[: len(tokens)])
     return gen, res.stats

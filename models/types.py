@@ -141,6 +141,8 @@ class WindowResult:
         no_speech_prob: probability of <|nospeech|> at the first step.
         temperature: temperature this result was decoded at.
         stats: speculative-decoding counters for this decode.
+        token_logprobs: per token of ``tokens``, the log-probability the decode gave it (filtered,
+            untempered logits); empty when the engine does not keep them (ct2).
     """
 
     tokens: tuple[int, ...]
@@ -152,6 +154,7 @@ class WindowResult:
     no_speech_prob: float = 0.0
     temperature: float = 0.0
     stats: SpecStats = field(default_factory=SpecStats)
+    token_logprobs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

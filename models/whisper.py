@@ -209,10 +209,11 @@ class DecoderSession:
     def crop(self, length: int) -> None:
         self.cache.crop(length)
 
-    def forward(self, tokens: Sequence[int], return_cross_attention: bool = False):
-        """Append T tokens in one pass. Returns logits (T, V) float32, row i predicting the token
-        after tokens[i]; with return_cross_attention also the cross-attention logits
-        (n_layers, n_heads, T, S) float32."""
+    def forward(self, tokens: Sequence[int], return_cross_attention: bool = False, logits_from: int = 0):
+        """Append T tokens in one pass. Returns logits (T - logits_from, V) float32, row i
+        predicting the token after tokens[logits_from + i] (the output head, the costliest
+        matmul, skips the rows before logits_from); with return_cross_attention also the
+        cross-attention logits (n_layers, n_heads, T, S) float32."""
         dec = self.decoder
         start, t = self.cache.length, len(tokens)
         if start + t > dec.n_ctx:
@@ -231,7 +232,7 @@ class DecoderSession:
                 if scores is not None:
                     all_scores.append(scores[0].float())
             self.cache.advance(t)
-            logits = dec.proj(dec.ln(x))[0].float()  # (T, V)
+            logits = dec.proj(dec.ln(x[:, logits_from:]))[0].float()  # (T - logits_from, V)
         if return_cross_attention:
             return logits, torch.stack(all_scores)  # (n_layers, H, T, S)
         return logits

@@ -98,19 +98,28 @@ def test_align_words_runs_one_pass_on_the_final_tokens():
     sot, nots, eot = [50, 51], 60, 70
     seen = []
 
-    def forward(tokens):
-        seen.append(list(tokens))
+    def forward(tokens, logits_from):
+        seen.append((list(tokens), logits_from))
         t = len(tokens)
         scores = torch.zeros(2, 2, t, 100)
         for row in range(t):  # each token looks at its own stretch of audio
             scores[:, :, row, min(49, 6 * row) : min(50, 6 * row + 6)] = 8.0
-        return torch.zeros(t, 80), scores
+        logits = torch.zeros(t, 80)
+        logits[2:4, 1:3] = torch.tensor([[2.0, 0.0], [0.0, 1.0]])  # the rows predicting " a", " b"
+        return logits[logits_from:], scores
 
     def split(tokens):
         return [" a", " b", "<eot>"], [[1], [2], [eot]]
 
     segs = (Segment(0.0, 1.0, " a b", (1, 2)),)
     out = align_words(forward, sot, nots, eot, split, [(0, 1), (1, 0)], segs, duration=1.0, num_frames=100)
-    assert seen == [[50, 51, 60, 1, 2, 70]]
+    assert seen == [([50, 51, 60, 1, 2, 70], 2)]  # the head from <|notimestamps|> on
     words = out[0].words
     assert [w.text for w in words] == [" a", " b"] and words[0].start < words[1].start <= 1.0
+    assert words[0].probability > words[1].probability > 1 / 70
+    # with the decode's own token probabilities the pass skips the head, and the times are the same
+    seen.clear()
+    again = align_words(forward, sot, nots, eot, split, [(0, 1), (1, 0)], segs, 1.0, 100, text_probs=[0.25, 0.5])
+    assert seen == [([50, 51, 60, 1, 2, 70], 6)]
+    assert [w.probability for w in again[0].words] == [0.25, 0.5]
+    assert [(w.start, w.end) for w in again[0].words] == [(w.start, w.end) for w in words]

@@ -34,13 +34,14 @@ def test_few_row_linear_equals_linear_for_one_and_several_rows():
     from specscribe.models.compute import FewRowLinear
 
     torch.manual_seed(0)
-    for out in (48, 9000):  # a layer, and a head-sized output (the W @ x.T path for several rows)
+    for out in (16, 48, 9000):  # out < in (no transpose kept), a layer, a head-sized output
         linear = nn.Linear(32, out, bias=out < 100)
-        fast = FewRowLinear.from_linear(linear, keep_weight=False)
-        for shape in ((1, 1, 32), (1, 5, 32), (3, 32)):
+        fast = FewRowLinear.from_linear(linear)
+        for shape in ((1, 1, 32), (1, 5, 32), (3, 32), (70, 32)):  # one, several, many rows
             x = torch.randn(*shape)
             torch.testing.assert_close(fast(x), linear(x), atol=1e-5, rtol=1e-5)
-        assert fast.weight.data_ptr() == fast.weight_t.data_ptr()  # a view: no second copy
+        assert fast.weight is linear.weight  # shared, so a tied head stays tied
+        assert (fast.weight_t is None) == (out < 32)
     # several rows give each row what a one-row pass gives (what speculative verification needs)
     x = torch.randn(6, 32)
     rows = torch.cat([fast(x[i : i + 1]) for i in range(6)])

@@ -19,8 +19,10 @@ def test_previous_hypothesis_follows_then_resyncs():
     d.begin([50])
     assert d.propose([], 3).tokens == (1, 2, 3)
     assert d.propose([1, 2, 3], 2).tokens == (4, 5)
-    # a word changed: 9 instead of 4; nothing to go on yet
-    assert d.propose([1, 2, 3, 9], 2).tokens == ()
+    # a word changed: 9 instead of 4; taken as a substitution, the hypothesis goes on after 4
+    assert d.propose([1, 2, 3, 9], 2).tokens == (5, 6)
+    # two changed tokens in a row: nothing to go on
+    assert d.propose([1, 2, 3, 9, 9], 2).tokens == ()
     # the output comes back to the hypothesis (5): continue after it
     assert d.propose([1, 2, 3, 9, 5], 3).tokens == (6, 7, 8)
     # an inserted token shifts the alignment; the offset is kept
@@ -217,6 +219,7 @@ def test_build_drafter_choices(tiny):
     assert build_drafter("auto", (), None, enc, rules, 39) is None  # nothing that would pay: plain
     assert isinstance(build_drafter("auto", (), draft, enc, rules, 39), DraftDecoderDrafter)
     assert build_drafter("auto", (1, 2), None, enc, rules, 39).name == "hypothesis+ngram"
+    assert build_drafter("auto", (1, 2), draft, enc, rules, 39).name == "hypothesis+ngram"  # re-decodes
     assert build_drafter("decoder", (1, 2), draft, enc, rules, 39).name == "hypothesis+decoder"
     assert isinstance(build_drafter("ngram", (), draft, enc, rules, 39), NgramDrafter)
     with pytest.raises(ValueError, match="unknown drafter"):

@@ -46,6 +46,18 @@ def test_crop_then_refeed_equals_fresh(model_and_enc):
     torch.testing.assert_close(again, fresh[3:], rtol=1e-5, atol=1e-5)
 
 
+def test_logits_from_skips_the_head_for_early_rows_only(model_and_enc):
+    model, enc = model_and_enc
+    full = model.session(enc).forward(TOKENS)  # (T, V)
+    session = model.session(enc)
+    tail = session.forward(TOKENS, logits_from=5)  # (T - 5, V)
+    assert tail.shape == (len(TOKENS) - 5, DIMS.n_vocab) and session.length == len(TOKENS)
+    torch.testing.assert_close(tail, full[5:], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(session.forward([21]), model.session(enc).forward(TOKENS + [21])[-1:], rtol=1e-5, atol=1e-5)
+    none, scores = model.session(enc).forward(TOKENS, return_cross_attention=True, logits_from=len(TOKENS))
+    assert none.shape == (0, DIMS.n_vocab) and scores.shape[2] == len(TOKENS)
+
+
 def test_cross_attention_scores(model_and_enc):
     model, enc = model_and_enc
     plain = model.session(enc).forward(TOKENS[:4])

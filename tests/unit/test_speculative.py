@@ -37,6 +37,7 @@ class TableSession:
         self.n_ctx = n_ctx
         self.cache: list[int] = []
         self.forwards: list[list[int]] = []
+        self.logits_from: list[int] = []
         self.crops: list[tuple[int, tuple[int, ...]]] = []
         self.clock, self.pass_s = clock, pass_s
 
@@ -44,10 +45,11 @@ class TableSession:
     def length(self) -> int:
         return len(self.cache)
 
-    def forward(self, tokens: Sequence[int]) -> torch.Tensor:
+    def forward(self, tokens: Sequence[int], logits_from: int = 0) -> torch.Tensor:
         if len(self.cache) + len(tokens) > self.n_ctx:
             raise ValueError("beyond the context")
         self.forwards.append(list(tokens))
+        self.logits_from.append(logits_from)
         rows = []
         for t in tokens:
             self.cache.append(t)
@@ -56,7 +58,7 @@ class TableSession:
             rows.append(row)
         if self.clock is not None:
             self.clock.now += self.pass_s
-        return torch.stack(rows)
+        return torch.stack(rows[logits_from:])
 
     def crop(self, length: int) -> None:
         assert 0 <= length <= len(self.cache)
@@ -277,8 +279,19 @@ def test_draft_length_controller_switch_off_and_probe():
 
 
 def test_keep_prompt_row_returns_the_raw_prompt_logits():
-    res, _ = run(ScriptDrafter(oracle()), keep_prompt_row=0)
+    res, sess = run(ScriptDrafter(oracle()), keep_prompt_row=0)
     assert int(res.prompt_row_logits.argmax()) == story(tuple(PROMPT[:1]))
+    assert sess.logits_from[0] == 0  # the kept row needs the head
+    want, _ = reference(story, NoRules())
+    assert list(res.tokens) == want
+
+
+def test_prompt_rows_skip_the_output_head():
+    res, sess = run(ScriptDrafter(oracle()))
+    assert sess.logits_from[0] == len(PROMPT) - 1  # only the last prompt row predicts a token
+    assert all(f == 0 for f in sess.logits_from[1:])
+    want, _ = reference(story, NoRules())
+    assert list(res.tokens) == want
 
 
 # --- sampling: the output distribution is the target's ---------------------------------------
@@ -294,9 +307,9 @@ def _p_logits(last: int) -> torch.Tensor:
 
 
 class LogitSession(TableSession):
-    def forward(self, tokens):
+    def forward(self, tokens, logits_from=0):
         self.cache += list(tokens)
-        return torch.stack([_p_logits(self.cache[i]) for i in range(len(self.cache) - len(tokens), len(self.cache))])
+        return torch.stack([_p_logits(self.cache[i]) for i in range(len(self.cache) - len(tokens) + logits_from, len(self.cache))])
 
 
 class SamplingDrafter:
