@@ -29,6 +29,18 @@ APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 MAX_LENGTH = 448  # the decoder's positional table
 
 
+def ct2_max_length(max_new_tokens: int, prompt_len: int) -> int:
+    """CTranslate2's max_length for a cap of max_new_tokens generated tokens after a prompt.
+
+    CTranslate2 caps Whisper generation at min(max_length // 2, max_length - prompt_len + 1)
+    (faster-whisper passes 448). 2 * N gives N, unless the prompt is longer than N + 1 (a long
+    streaming prompt before a short window): then N + prompt_len - 1 gives N, where 2 * N would
+    give nothing at all ("The maximum decoding length must be > 0"). At most 448.
+    """
+    n = max(1, max_new_tokens)
+    return min(MAX_LENGTH, max(2 * n, n + prompt_len - 1))
+
+
 @dataclass(frozen=True)
 class _Ct2Encoding:
     """Engine-private part of EncodedAudio.
@@ -115,10 +127,7 @@ class Ct2Engine:
         prompt = self._fw.get_prompt(
             tokenizer, list(request.prompt_tokens), without_timestamps=not request.timestamps
         )
-        # CTranslate2 reads max_length as a total and halves it for Whisper (its cap is
-        # min(max_length // 2, max_length - prompt + 1)); faster-whisper passes the full 448.
-        # Passing 448 and the request's cap as max_length // 2 keeps both engines alike.
-        max_length = min(MAX_LENGTH, 2 * request.max_new_tokens)
+        max_length = ct2_max_length(request.max_new_tokens, len(prompt))
         if request.temperature > 0:
             import ctranslate2
 

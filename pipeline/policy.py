@@ -71,6 +71,11 @@ class LocalAgreementOptions:
 class StreamingPolicy(Protocol):
     """insert_audio / window / process / finish; pure state, no model."""
 
+    @property
+    def partial(self) -> tuple[Word, ...]:
+        """The uncommitted tail of the last hypothesis (absolute seconds)."""
+        ...
+
     def insert_audio(self, end: float) -> None:
         """Audio up to `end` seconds is in the buffer."""
         ...

@@ -260,8 +260,15 @@ class StreamSession:
                 self._counts["rejected"] += 1
             if self._language is None and hyp.words and seconds >= LANGUAGE_LOCK_SECONDS:
                 self._language = hyp.language
-            update = self._policy.finish(hyp.words, reset) if final else self._policy.process(hyp.words)
-            self._set_draft(hyp, start_s, update.buffer_start)
+            if final and not hyp.words:
+                # the utterance's last decode failed the guards (a repetition loop, say) or came
+                # back empty: commit the last good hypothesis' tail rather than drop the utterance
+                update = self._policy.finish(self._policy.partial, reset)
+            elif hyp.rejected:
+                update = None  # no information: keep the last good hypothesis (and its partial)
+            else:
+                update = self._policy.finish(hyp.words, reset) if final else self._policy.process(hyp.words)
+                self._set_draft(hyp, start_s, update.buffer_start)
         if update is None:
             return events
         if update.committed:
@@ -303,7 +310,7 @@ class StreamSession:
             return []
         group, self._group = self._group, []
         # pad the span, but not into the neighbouring words (the last translated, the next partial)
-        nxt = self._policy.partial[0].start if getattr(self._policy, "partial", ()) else float("inf")
+        nxt = self._policy.partial[0].start if self._policy.partial else float("inf")
         start = max(int(max(first.start - 0.1, self._translated_until) * SAMPLE_RATE), self._ring.start)
         end = min(int(min(last.end + 0.2, nxt) * SAMPLE_RATE), self._ring.end)
         self._translated_until = last.end

@@ -108,3 +108,19 @@ def test_translate_and_previous_text_prompt_match(engines, clips):
     ref = _ct2_generate(fw, spec, ct2_out, request, "de")
     assert ours.tokens == tuple(ref.sequences_ids[0])
     assert np.isfinite(ours.avg_logprob)
+
+
+def test_ct2_engine_decodes_a_short_window_after_a_long_prompt(base_model_dir, clips):
+    """A streaming update: 200 characters of committed text as the prompt, then 1 s of audio whose
+    token cap (26) is shorter than the prompt. CTranslate2 used to refuse it (max_length <= 0)."""
+    from specscribe.models.ct2_engine import Ct2Engine
+    from specscribe.models.engines import EngineOptions
+    from specscribe.pipeline.stream_jobs import max_tokens_for
+
+    engine = Ct2Engine(base_model_dir, EngineOptions(engine="ct2", model="base"))
+    prompt = engine.encode_text(" And so, my fellow Americans, ask not what your country can do for you; ask what you" * 3)
+    audio = clips["jfk"][: 16000]  # "And so" (1 s)
+    request = DecodeRequest(language="en", timestamps=False, prompt_tokens=prompt[-60:], max_new_tokens=max_tokens_for(1.0))
+    assert len(request.prompt_tokens) + 4 > request.max_new_tokens + 1
+    result = engine.decode(engine.encode(audio, 6.0), request)
+    assert "so" in result.text.lower() and len(result.tokens) <= request.max_new_tokens

@@ -47,6 +47,19 @@ def test_max_new_tokens_like_ctranslate2():
     assert max_new_tokens(4, 10) == 10
 
 
+def test_ct2_max_length_gives_the_requested_cap_whatever_the_prompt():
+    from specscribe.models.ct2_engine import ct2_max_length
+
+    def ct2_cap(max_length, prompt_len):  # what CTranslate2 generates at most for Whisper
+        return min(max_length // 2, max_length - prompt_len + 1)
+
+    for n in (1, 16, 26, 100, 224):
+        for p in (1, 4, 30, 60, 120, 200):
+            got = ct2_cap(ct2_max_length(n, p), p)
+            assert got == min(n, 224, 449 - p), (n, p)  # > 0: a long prompt before a short window works
+    assert ct2_max_length(16, 4) == 32  # faster-whisper's usual case: 2 * N
+
+
 def test_generate_greedy_stops_at_eot_and_counts_passes():
     rules = WhisperLogitRules(RuleConfig(n_vocab=V, eot=EOT, no_timestamps=NO_TS, timestamps=False))
     session = ScriptedSession(2, [1, 2, 5, EOT])

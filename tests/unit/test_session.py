@@ -28,10 +28,11 @@ class FakeTranscriber:
     model_name = "fake"
     is_multilingual = True
 
-    def __init__(self, stream: np.ndarray, script: list[tuple[str, float, float]], no_speech: bool = False):
+    def __init__(self, stream: np.ndarray, script: list[tuple[str, float, float]], no_speech: bool = False, repeat_after: float = 1e9):
         self.stream = stream
         self.script = script
         self.no_speech = no_speech
+        self.repeat_after = repeat_after  # windows at least this long come back as a repetition loop
         self.vocab: dict[str, int] = {}
         self.encode_calls = 0
         self.encoder_windows: list[float | None] = []
@@ -73,6 +74,8 @@ class FakeTranscriber:
             if request.task == "translate":
                 text = text.upper()
             words.append(Word(start - off, end - off, " " + text))
+        if dur >= self.repeat_after and words:
+            words = [Word(words[0].start, dur, " la" * 40)]  # fails the compression-ratio guard
         tokens = tuple(self._tok(w.text) for w in words)
         seg = Segment(0.0, dur, "".join(w.text for w in words), tokens, tuple(words))
         return WindowResult(
@@ -264,6 +267,22 @@ def test_rejected_decodes_give_no_text():
     assert not [e for e in events if e.type in ("final", "partial") and e.text]
     stats = [e for e in events if e.type == "stats"][0].stats
     assert stats["rejected"] == tr.decode_calls
+
+
+def test_a_rejected_last_decode_keeps_the_utterance():
+    """The decode at the speech end goes into a repetition loop (the guards drop it): the words of
+    the last good hypothesis are committed, not lost."""
+    script = make_script(8)  # 0.5 .. 4.0 s
+    audio = noise(7)
+    fake = FakeTranscriber(audio, script, repeat_after=3.9)
+    events, tr = run_session(audio, script, StreamOptions(), intervals=[(0.5, 4.0)], fake=fake)
+    assert tr.decode_calls > 2
+    stats = [e for e in events if e.type == "stats"][0].stats
+    assert stats["rejected"] >= 1
+    # w0-w6 were agreed before; the decodes after 3.9 s fail, so the last good hypothesis' tail
+    # (w7 as it was then, cut by that window's end) is committed rather than dropped
+    got = finals_text(events)
+    assert got[:7] == [w for w, _, _ in script][:7] and len(got) == 8 and got[7].startswith("w7"), got
 
 
 def test_translation_follows_its_final():
