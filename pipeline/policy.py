@@ -7,8 +7,11 @@ newly committed words, the partial tail and how much audio it still needs. `fini
 LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRProcessor):
 - each update re-decodes the uncommitted buffer, with text committed before it as the prompt;
 - the longest common prefix of the last two hypotheses (after the committed words) is committed,
-  except a word the newest hypothesis is unsure of (probability < min_probability) while it is
-  recent: on too little audio Whisper's guesses can agree twice;
+  except a word the newest hypothesis is unsure of (probability < min_probability): Whisper's
+  guesses can agree twice, so an unsure word needs the last three hypotheses to agree on it, or
+  `confident_after` seconds of audio after it. While the buffer is shorter than `short_window`
+  (an utterance's first seconds) only the time rule counts: on so little audio Whisper's guesses
+  agree three times too ("How do you marry the more" for "Had he married a more");
 - committed text is append-only: it is never rewritten, only extended;
 - the buffer start moves to the end of the last committed sentence (or, past `trim_after`
   seconds, the last committed word), so the decoded span stays short and latency flat;
@@ -30,6 +33,14 @@ _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
 def normalize_word(text: str) -> str:
     """The form two hypotheses' words are compared in: lower case, punctuation and spaces dropped."""
     return _PUNCT.sub("", text.lower())
+
+
+def _common_prefix(*hypotheses: Sequence[Word]) -> int:
+    """How many leading words all the hypotheses share (compared normalized)."""
+    n = 0
+    while all(n < len(h) for h in hypotheses) and len({normalize_word(h[n].text) for h in hypotheses}) == 1:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,10 @@ class LocalAgreementOptions:
         min_trim_gap: seconds a trim point keeps before the next uncommitted word starts.
         min_probability: an agreed word is committed only if the newest hypothesis gives it at
             least this probability (Whisper's guesses on too little audio agree too) ...
+        agree_thrice: ... or if three successive hypotheses agree on it (False: time only) and
+            the buffer holds at least short_window seconds ...
         confident_after: ... or once it ends this many seconds before the end of the audio.
+        short_window: see agree_thrice.
     """
 
     trim_after: float = 12.0
@@ -65,6 +79,8 @@ class LocalAgreementOptions:
     prompt_chars: int = 200
     min_trim_gap: float = 0.0
     min_probability: float = 0.5
+    agree_thrice: bool = True
+    short_window: float = 3.0
     confident_after: float = 3.0
 
 
@@ -110,6 +126,7 @@ class LocalAgreement:
     committed: list[Word] = field(default_factory=list)  # every committed word, for the prompt
     _in_buffer: list[Word] = field(default_factory=list)  # committed words inside the buffer
     _previous: list[Word] = field(default_factory=list)  # uncommitted tail of the last hypothesis
+    _older: list[Word] = field(default_factory=list)  # the same of the one before it
     _last_end: float = 0.0  # end of the last committed word
 
     # ---- the protocol ----
@@ -124,19 +141,24 @@ class LocalAgreement:
 
     def process(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
-        agreed, o = 0, self.options
+        o = self.options
+        thrice = _common_prefix(new, self._previous, self._older) if o.agree_thrice else 0
+        agreed = 0
         while agreed < min(len(new), len(self._previous)):
             word = new[agreed]
             if normalize_word(word.text) != normalize_word(self._previous[agreed].text):
                 break
-            if word.probability < o.min_probability and word.end > self.audio_end - o.confident_after:
+            unsure = word.probability < o.min_probability and word.end > self.audio_end - o.confident_after
+            short = self.audio_end - self.buffer_start < o.short_window
+            if unsure and (short or agreed >= thrice):
                 break
             agreed += 1
         commit = new[:agreed]
+        self._older = self._previous[agreed:]  # aligned with what is still uncommitted
         self._previous = new[agreed:]
         if self.audio_end - self.buffer_start > self.options.max_buffer and self._previous:
             commit = commit + self._previous  # the buffer must not grow further: commit by force
-            self._previous = []
+            self._previous, self._older = [], []
         self._commit(commit)
         self._trim()
         return PolicyUpdate(tuple(commit), tuple(self._previous), self.buffer_start)
@@ -144,7 +166,7 @@ class LocalAgreement:
     def finish(self, words: Sequence[Word], reset: bool = True) -> PolicyUpdate:
         commit = self._new_words(words)
         self._commit(commit)
-        self._previous = []
+        self._previous, self._older = [], []
         if reset:
             self._in_buffer = []
             self.buffer_start = max(self.buffer_start, self.audio_end)

@@ -115,7 +115,7 @@ def test_skip_drops_silence_only_when_nothing_is_pending():
 
 
 def test_unsure_recent_words_wait_for_more_audio():
-    p = LocalAgreement(LocalAgreementOptions(min_probability=0.5, confident_after=1.5))
+    p = LocalAgreement(LocalAgreementOptions(min_probability=0.5, confident_after=1.5, agree_thrice=False))
     unsure = [Word(0.0, 0.5, " Howdy", 0.4), Word(0.6, 1.0, " Mary", 0.3)]
     p.insert_audio(1.5)
     p.process(unsure)
@@ -132,3 +132,43 @@ def test_unsure_recent_words_wait_for_more_audio():
     p.process(late)
     p.insert_audio(3.6)
     assert texts(p.process(late).committed) == ["woman"]
+
+
+def test_unsure_words_commit_when_three_hypotheses_agree():
+    p = LocalAgreement(LocalAgreementOptions(min_probability=0.5, confident_after=3.0, short_window=1.0))
+    hyp = [Word(0.0, 0.4, " So", 0.3), Word(0.5, 0.9, " when", 0.9), Word(1.0, 1.4, " it", 0.9)]
+    p.insert_audio(1.5)
+    assert p.process(hyp).committed == ()
+    p.insert_audio(2.0)
+    u = p.process(hyp)
+    assert u.committed == () and texts(u.partial) == ["So", "when", "it"]  # twice: "So" is unsure
+    p.insert_audio(2.5)
+    u = p.process(hyp + [Word(1.5, 1.9, " comes", 0.9)])
+    assert texts(u.committed) == ["So", "when", "it"] and texts(u.partial) == ["comes"]  # thrice
+    # after a commit the older hypotheses stay aligned with what is uncommitted
+    nxt = [Word(1.5, 1.9, " comes", 0.2), Word(2.0, 2.3, " back", 0.9)]
+    p.insert_audio(3.0)
+    assert p.process(nxt).committed == ()  # "comes" agreed twice, unsure
+    p.insert_audio(3.5)
+    assert texts(p.process(nxt).committed) == ["comes", "back"]
+
+
+def test_a_changed_word_resets_the_three_agreements():
+    p = LocalAgreement(LocalAgreementOptions(min_probability=0.5, confident_after=3.0, short_window=1.0))
+    a = [Word(0.0, 0.4, " How", 0.3), Word(0.5, 0.9, " do", 0.4)]
+    b = [Word(0.0, 0.4, " Had", 0.3), Word(0.5, 0.9, " do", 0.4)]
+    for end, hyp in ((1.0, a), (1.5, b), (2.0, a), (2.5, a)):
+        p.insert_audio(end)
+        assert p.process(hyp).committed == ()  # never three in a row until ...
+    p.insert_audio(3.0)
+    assert texts(p.process(a).committed) == ["How", "do"]
+
+
+def test_in_a_short_buffer_unsure_words_wait_for_time_even_when_agreed_thrice():
+    p = LocalAgreement(LocalAgreementOptions(min_probability=0.5, confident_after=3.0, short_window=3.0))
+    guess = [Word(0.0, 0.4, " How", 0.3), Word(0.5, 0.9, " do", 0.9)]
+    for end in (1.0, 1.5, 2.0, 2.5):
+        p.insert_audio(end)
+        assert p.process(guess).committed == ()  # three and four agreements, but the buffer is short
+    p.insert_audio(3.5)  # 3 s after "How": the time rule commits it
+    assert texts(p.process(guess).committed) == ["How", "do"]
