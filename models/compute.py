@@ -110,7 +110,7 @@ class FewRowLinear(nn.Linear):
 
     torch's F.linear computes x @ W.T with W stored (out, in); for a handful of rows the GEMM
     packs W on every call, and in a real decoder pass W comes from memory, not cache. Measured on
-    this project's AVX2 CPU with cold caches (scripts/bench_speculative.py reports the effect):
+    this project's AVX2 CPU with cold caches (bench_speculative.py reports ms per target pass):
     - one row: x @ W_t, with the contiguous transpose W_t (in, out), is fastest when out >= in
       (the output head: 7.8 ms against 17.5 ms for F.linear); for out < in (fc2) W @ x.T is;
     - several rows: W @ x.T with W contiguous (out, in), whose large dimension is W's rows, is

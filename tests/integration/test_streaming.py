@@ -4,15 +4,15 @@
 - committed text is never rewritten (finals are append-only, partials never reach back);
 - 60 s of silence, then speech: no text during the silence, the speech is captured after it.
 
-The engine is a parameter: SPECSCRIBE_STREAM_ENGINE=spec|ct2 (default ct2, the baseline that
-exists in every build). One model is loaded for the module.
+Both engines run: spec (the default of `live` and `serve`: speculative re-decodes) and ct2 (the
+baseline); SPECSCRIBE_STREAM_ENGINE=spec|ct2 picks one. One model per engine is loaded.
+WER is normalized with pipeline/wer.normalize, as in the benchmarks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
 
 import jiwer
 import numpy as np
@@ -24,24 +24,20 @@ from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
 from specscribe.pipeline.scheduler import ModelScheduler
 from specscribe.pipeline.session import StreamSession
 from specscribe.pipeline.types import StreamOptions
+from specscribe.pipeline.wer import normalize
 
 pytestmark = pytest.mark.integration
 CHUNK = 0.5
 
 
-def normalize(text: str) -> str:
-    text = text.lower().replace("-", " ")
-    text = re.sub(r"\bmr\b\.?", "mister", text)
-    text = re.sub(r"[^\w' ]+", " ", text)
-    return " ".join(text.split())
+ENGINES = [os.environ["SPECSCRIBE_STREAM_ENGINE"]] if os.environ.get("SPECSCRIBE_STREAM_ENGINE") else ["spec", "ct2"]
 
 
-@pytest.fixture(scope="module")
-def transcriber(base_model_dir):
+@pytest.fixture(scope="module", params=ENGINES)
+def transcriber(base_model_dir, request):
     from specscribe.models.engines import EngineOptions, load_transcriber
 
-    engine = os.environ.get("SPECSCRIBE_STREAM_ENGINE", "ct2")
-    return load_transcriber(EngineOptions(engine=engine, model=str(base_model_dir)))
+    return load_transcriber(EngineOptions(engine=request.param, model=str(base_model_dir)))
 
 
 @pytest.fixture(scope="module")
