@@ -40,9 +40,10 @@ def encoder_frames(window: float | None, audio_seconds: float = 0.0) -> int:
     can differ a little, and with under ~2 s of padding after the speech it starts to repeat
     itself; streaming uses the audio + StreamOptions.encoder_pad. Whole seconds, at least 2 s.
     """
-    if window is None or max(window, audio_seconds) >= CHUNK_LENGTH:
+    if window is None:
         return N_FRAMES
-    return max(2, math.ceil(max(window, audio_seconds))) * FRAMES_PER_SECOND
+    window = max(window, audio_seconds)
+    return N_FRAMES if window >= CHUNK_LENGTH else max(2, math.ceil(window)) * FRAMES_PER_SECOND
 
 
 class AudioError(Exception):

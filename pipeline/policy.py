@@ -142,14 +142,13 @@ class LocalAgreement:
     def process(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
         o = self.options
+        twice = _common_prefix(new, self._previous)
         thrice = _common_prefix(new, self._previous, self._older) if o.agree_thrice else 0
+        short = self.audio_end - self.buffer_start < o.short_window
         agreed = 0
-        while agreed < min(len(new), len(self._previous)):
+        while agreed < twice:
             word = new[agreed]
-            if normalize_word(word.text) != normalize_word(self._previous[agreed].text):
-                break
             unsure = word.probability < o.min_probability and word.end > self.audio_end - o.confident_after
-            short = self.audio_end - self.buffer_start < o.short_window
             if unsure and (short or agreed >= thrice):
                 break
             agreed += 1
