@@ -124,8 +124,8 @@ def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str
             driver.save_screenshot(str(ARTIFACTS / f"browser-jfk-live{suffix}.png"))
         except TimeoutException:
             pass
-        try:
-            WebDriverWait(driver, 300, poll_frequency=0.5).until(lambda d: "country" in _words(finals_text(d))[-3:])
+        try:  # "country" ends both halves of the clip: wait for the second one (stopping earlier cuts the audio)
+            WebDriverWait(driver, 300, poll_frequency=0.5).until(lambda d: _words(finals_text(d)).count("country") >= 2)
         except TimeoutException:
             pytest.fail(f"JFK's last words never became final: {state(driver)}")
         first_final = driver.find_element(By.CSS_SELECTOR, "#transcript .final").text
