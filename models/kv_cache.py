@@ -30,8 +30,9 @@ class KVCache:
         device: torch.device | str = "cpu",
     ):
         shape = (1, n_heads, max_len, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        # empty, not zeros: only positions < length are ever read, and every one of them was written
+        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.max_len = max_len
         self.length = 0
 
