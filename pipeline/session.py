@@ -10,8 +10,9 @@ previous hypothesis as the speculative draft), align words, let the policy commi
 last two hypotheses agree on (`final` events) and show the rest (`partial`). Silence is never
 decoded: without VAD speech the buffer is dropped. A speech end commits the utterance. With
 `translate`, committed finals are grouped up to a sentence end (or an utterance end) and that span
-is encoded and decoded with Whisper's translate task; the `translation` event carries the id of the
-last final of the group (it covers every final after the previous translation).
+is encoded and decoded with Whisper's translate task (for English speech with the group's transcript as
+the draft); the `translation` event carries the id of the last final of the group (it covers every final
+after the previous translation).
 """
 
 from __future__ import annotations
@@ -319,7 +320,11 @@ class StreamSession:
         request = DecodeRequest(
             task="translate", language=self._language, timestamps=False, max_new_tokens=max_tokens_for((end - start) / SAMPLE_RATE)
         )
-        job = translate_job(self._ring.read(start, end), request, self._last_translation[-200:], self.options.encoder_pad)
+        # English speech "translated" to English is (nearly) its transcript: draft it, the target verifies
+        draft = "".join(w.text for _, words in group for w in words) if self._language == "en" and self.options.draft else ""
+        job = translate_job(
+            self._ring.read(start, end), request, self._last_translation[-200:], self.options.encoder_pad, draft
+        )
         tr = await self.scheduler.run(self.session_id, job)
         self._account(tr.stats, tr.compute_s, "translations")
         if not tr.text:

@@ -120,13 +120,19 @@ def transcribe_job(
 
 
 def translate_job(
-    audio: np.ndarray, request: DecodeRequest, prompt: str, encoder_pad: float = 30.0
+    audio: np.ndarray, request: DecodeRequest, prompt: str, encoder_pad: float = 30.0, draft_text: str = ""
 ) -> Callable[[Transcriber], Translation]:
-    """Encode the span of a final (audio (n,) float32) and decode it with Whisper's translate task."""
+    """Encode the span of a final (audio (n,) float32) and decode it with Whisper's translate task.
+
+    draft_text: a guess of the translation, verified as the previous-hypothesis draft (the spec
+    engine; the output is the target's either way). For English speech it is the transcript.
+    """
 
     def job(tr: Transcriber) -> Translation:
         t0 = time.perf_counter()
         req = _replace(request, prompt_tokens=tuple(tr.encode_text(prompt))) if prompt else request
+        if draft_text:
+            req = _replace(req, hypothesis_tokens=tuple(tr.encode_text(draft_text)))
         encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
         result = tr.decode(encoded, req)
         text = result.text.strip()

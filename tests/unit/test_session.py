@@ -305,6 +305,19 @@ def test_translation_follows_its_final():
     assert sum(1 for r in tr.requests if r.task == "translate") == 3
 
 
+@pytest.mark.parametrize("language,draft,drafted", [("en", True, True), ("de", True, False), ("en", False, False)])
+def test_english_translation_drafts_the_transcript(language, draft, drafted):
+    """English speech translated to English is verified against its own finals' text as the draft."""
+    script = make_script(12, sentence_every=4)
+    events, tr = run_session(noise(7), script, StreamOptions(vad=False, translate=True, language=language, draft=draft))
+    requests = [r for r in tr.requests if r.task == "translate"]
+    assert len(requests) == 3
+    groups = [[w for w, _, _ in script[i : i + 4]] for i in (0, 4, 8)]
+    expected = [tr.encode_text(" ".join(g)) if drafted else () for g in groups]
+    assert [r.hypothesis_tokens for r in requests] == expected
+    assert len([e for e in events if e.type == "translation"]) == 3
+
+
 def test_stats_event_and_pending_seconds():
     script = make_script(8)
     audio = noise(5)
