@@ -321,7 +321,8 @@ class StreamSession:
             task="translate", language=self._language, timestamps=False, max_new_tokens=max_tokens_for((end - start) / SAMPLE_RATE)
         )
         # English speech "translated" to English is (nearly) its transcript: draft it, the target verifies
-        draft = "".join(w.text for _, words in group for w in words) if self._language == "en" and self.options.draft else ""
+        english = self._language == "en" and self.options.draft
+        draft = "".join(w.text for _, words in group for w in words) if english else ""
         job = translate_job(
             self._ring.read(start, end), request, self._last_translation[-200:], self.options.encoder_pad, draft
         )
