@@ -87,11 +87,7 @@ def transcribe_job(
 
     def job(tr: Transcriber) -> Hypothesis:
         t0 = time.perf_counter()
-        req = request
-        if prompt:
-            req = _replace(req, prompt_tokens=tuple(tr.encode_text(prompt)))
-        if draft_text is not None:
-            req = _replace(req, hypothesis_tokens=tuple(tr.encode_text(draft_text)) if draft_text else ())
+        req = _with_text(tr, request, prompt, draft_text)
         encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
         result = tr.decode(encoded, req)
         rejected = ""
@@ -130,9 +126,7 @@ def translate_job(
 
     def job(tr: Transcriber) -> Translation:
         t0 = time.perf_counter()
-        req = _replace(request, prompt_tokens=tuple(tr.encode_text(prompt))) if prompt else request
-        if draft_text:
-            req = _replace(req, hypothesis_tokens=tuple(tr.encode_text(draft_text)))
+        req = _with_text(tr, request, prompt, draft_text or None)
         encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
         result = tr.decode(encoded, req)
         text = result.text.strip()
@@ -141,6 +135,16 @@ def translate_job(
         return Translation(text, tuple(result.tokens), result.stats, time.perf_counter() - t0)
 
     return job
+
+
+def _with_text(tr: Transcriber, request: DecodeRequest, prompt: str, draft_text: str | None) -> DecodeRequest:
+    """The request with the prompt text (if any) and the draft text (if not None; "" clears the draft) as
+    token ids: tokenized here, on the model thread, with the engine's own tokenizer."""
+    if prompt:
+        request = _replace(request, prompt_tokens=tuple(tr.encode_text(prompt)))
+    if draft_text is not None:
+        request = _replace(request, hypothesis_tokens=tuple(tr.encode_text(draft_text)) if draft_text else ())
+    return request
 
 
 def _replace(request: DecodeRequest, **changes) -> DecodeRequest:
