@@ -7,14 +7,13 @@ English line under each sentence; `--output` saves as it goes; Ctrl-C finalises 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import signal
 import sys
 from pathlib import Path
 
 from specscribe.commands.engine_args import add_engine_args, add_streaming_args, engine_options
-from specscribe.pipeline.audio import AudioError
+
+# asyncio and the audio pipeline (numpy) are imported where used: building the CLI parser imports
+# every command module, and `specscribe transcribe` or `--help` need neither at that point.
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -88,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         source = sources.MicrophoneSource(args.device)
         print(f"listening on {source.device.name} (Ctrl-C to stop)", file=sys.stderr)
 
+    import asyncio
+
     from specscribe.models.engines import load_transcriber
     from specscribe.pipeline.types import StreamOptions
 
@@ -104,6 +105,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _live(source, transcriber, options, output: str | None) -> int:
+    import asyncio
+    import contextlib
+    import signal
+
+    from specscribe.pipeline.audio import AudioError
     from specscribe.pipeline.captions import TerminalCaptions, open_sink
     from specscribe.pipeline.scheduler import ModelScheduler
     from specscribe.pipeline.session import StreamSession

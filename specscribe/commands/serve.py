@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import ipaddress
 import os
 import sys
 
@@ -83,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     shown = f"[{host}]" if ":" in host else host
     print(f"specscribe: serving http://{shown}:{port}/  (WebSocket ws://{shown}:{port}/v1/listen, "
           f"OpenAI-compatible POST http://{shown}:{port}/v1/audio/transcriptions)", flush=True)
+    import asyncio
+
     try:
         asyncio.run(serve(app, sock, options, args.log_level))
     except KeyboardInterrupt:
@@ -91,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _is_loopback(host: str) -> bool:
+    import ipaddress
+
     if host == "localhost":
         return True
     try:

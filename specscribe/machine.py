@@ -1,0 +1,51 @@
+"""What machine a benchmark ran on: CPU model, the flags that decide the compute type, threads.
+
+Every ``scripts/bench_*.py`` JSON carries ``machine_info()`` so that a figure always names its
+machine kind (a 2-core Xeon with AMX, an EPYC with AVX512-BF16, or an AVX2-only EPYC differ by
+several times on the same pass).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_int8")
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name ("unknown" where /proc/cpuinfo is unreadable)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info(compute_type: str | None = None) -> dict:
+    """CPU model, vendor-neutral flags (avx512_bf16, amx ...), cores, torch threads and version,
+    and the compute type the benchmark ran at (as resolved, not "auto")."""
+    from specscribe.models.compute import cpu_flags, cpu_has_fast_bf16
+
+    flags = cpu_flags()
+    info = {
+        "cpu_model": cpu_model(),
+        "cpu_flags": {f: f in flags for f in FLAGS_OF_INTEREST},
+        "fast_bf16": cpu_has_fast_bf16(flags),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        info["torch"] = None
+    if compute_type is not None:
+        info["compute_type"] = compute_type
+    return info
