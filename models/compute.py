@@ -7,9 +7,10 @@ Why the decoder stays float32 under int8: torch's dynamic int8 Linear quantizes 
 scale for the whole (T, d) activation, so the logits of one row depend on the other rows of the
 pass. A speculative verify pass over k+1 tokens then gives different logits than k+1 single
 steps, and the output is no longer the target's own (measured: 6 of 36 decodes differed). A
-float32 decoder keeps rows independent, so speculation stays lossless; the encoder, which
-dominates CPU time and runs once per window, keeps the int8 speed-up. ``int8`` quantizes both
-(fastest, not lossless under speculation).
+float32 decoder can be made row-independent (models/invariant.py), so speculation and batching
+stay lossless; the encoder, which dominates CPU time and runs once per window, keeps the int8
+speed-up. ``int8`` is accepted as faster-whisper's name and loads the same model as
+``int8_float32``: a decoder whose text changes with the batch would not be lossless.
 
     resolve_device("auto") -> "cuda" | "cpu"
     resolve_compute_type("auto", "cpu") -> "bfloat16" | "int8_float32" | "float32"
@@ -94,7 +95,9 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
         # early on the German half of multilingual.mp3 (53 tokens instead of 127).
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        target = model if compute_type == "int8" else model.encoder  # see the module docstring
+        # A Whisper model's decoder is never quantized (see the module docstring), so "int8" and
+        # "int8_float32" load the same model; other modules (a draft's own layers) are quantized whole.
+        target = getattr(model, "encoder", model)
         with warnings.catch_warnings():  # torch.ao's deprecation notice, not actionable for users
             warnings.simplefilter("ignore")
             quantize_dynamic(target, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
@@ -102,63 +105,78 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
     raise ValueError(f"unknown compute type {compute_type!r}")
 
 
-MANY_ROWS = 64  # FewRowLinear: from this many rows on, x @ W_t
+def pass_rows_for(compute_type: str, device: str) -> int:
+    """Rows per block of a batch-invariant decoder pass (models/invariant.py PassShape).
+
+    Every target pass is padded to a multiple of this, so it is the cost floor of a one-token
+    step and the unit in which a batched pass grows. Measured on a 2-core Xeon with AVX512-BF16
+    (scripts/bench_engines.py pass_ms, docs/benchmarks.md): bf16 blocks of 8 cost 13 ms for one
+    row, 26 ms for 8 sequences and 49 ms for 16 (blocks of 16: 17, 29, 45 ms; of 4: 11, 36,
+    61 ms); float32 blocks of 8: 16, 36, 72 ms. 8 serves a lone decode and the default batch of
+    8 best. CUDA: untested here, 16.
+    """
+    if device == "cuda":
+        return 16
+    return 8
 
 
-class FewRowLinear(nn.Linear):
-    """nn.Linear for the decoder's passes of a few rows (1 token, or k+1 in a verify pass) on CPU.
+PASS_LINEARS = ("qkv", "out", "cross_q", "cross_out", "fc1", "fc2")  # the linears a decoder pass runs
 
-    torch's F.linear computes x @ W.T with W stored (out, in); for a handful of rows the GEMM
-    packs W on every call, and in a real decoder pass W comes from memory, not cache. Measured on
-    this project's AVX2 CPU with cold caches (bench_speculative.py reports ms per target pass):
-    - one row: x @ W_t, with the contiguous transpose W_t (in, out), is fastest when out >= in
-      (the output head: 7.8 ms against 17.5 ms for F.linear); for out < in (fc2) W @ x.T is;
-    - several rows: W @ x.T with W contiguous (out, in), whose large dimension is W's rows, is
-      2-4x faster than F.linear or x @ W_t for every decoder shape (the head at 4 rows: 10 ms
-      against 36-42 ms; fc1 at 4 rows: 0.4 ms against 1.2-1.8 ms);
-    - many rows (MANY_ROWS or more: the cross-attention K/V of a window) are an ordinary GEMM,
-      where x @ W_t is fastest again (6.2 ms against 8.4 for 575 encoder frames).
-    The results equal F.linear's up to float rounding (about 1e-6); rows stay independent.
 
-    The layer holds W (out, in) and, where one-row passes use it, W_t (in, out): contiguous
-    copies of the same weights, for speed (the decoder's float32 weights, up to twice).
+class PackedLinear(nn.Linear):
+    """nn.Linear whose weight is also kept prepacked by oneDNN for blocks of ``rows`` rows (CPU).
+
+    torch's F.linear on CPU reorders the weight into oneDNN's blocked layout on every call; for
+    the few rows of a decoder pass that reorder is a large part of the cost (the base output
+    head, bf16, 16 rows: 6.2 ms prepacked against 8.6 ms). The packed copy is used under
+    inference (no autograd); training and anything that needs gradients use F.linear on the
+    same ``weight``. Rows stay independent at a fixed block size (tests/unit/test_invariant.py).
     """
 
-    weight_t: torch.Tensor | None
+    packed: torch.Tensor
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> "FewRowLinear":
+    def from_linear(cls, linear: nn.Linear, rows: int) -> "PackedLinear":
         new = cls.__new__(cls)
         nn.Module.__init__(new)
         new.in_features, new.out_features = linear.in_features, linear.out_features
-        new.weight = linear.weight  # (out, in), contiguous (a tied head shares the embedding's)
-        new.bias = linear.bias
-        weight_t = linear.weight.detach().t().contiguous() if new.out_features >= new.in_features else None
-        new.register_buffer("weight_t", weight_t, persistent=False)  # (in, out)
+        new.weight, new.bias = linear.weight, linear.bias  # shared (a tied head stays tied)
+        with torch.no_grad():
+            packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), rows)
+        new.register_buffer("packed", packed, persistent=False)
         return new
 
+    def __deepcopy__(self, memo: dict) -> nn.Linear:
+        """A copy is a plain nn.Linear (the packed tensor is opaque and cannot be copied): draft
+        layers made from the target's are copies, and need no packing."""
+        import copy
+
+        plain = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
+        plain.weight = copy.deepcopy(self.weight, memo)
+        plain.bias = copy.deepcopy(self.bias, memo)
+        return plain
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-        rows = x.reshape(-1, self.in_features)  # (R, in)
-        if self.weight_t is not None and (rows.shape[0] == 1 or rows.shape[0] >= MANY_ROWS):
-            y = rows @ self.weight_t  # (R, out)
-        else:
-            y = (self.weight @ rows.T).T  # (R, out)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            return super().forward(x)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
-def speed_up_cpu_decoder(decoder: nn.Module) -> nn.Module:
-    """Swap the float32 nn.Linear layers of a TextDecoder (its layers and output head) for
-    FewRowLinear, in place, for inference on CPU. Quantized or half-precision decoders are left
-    as they are. Returns the decoder."""
-    first = next(decoder.parameters())
-    if first.dtype != torch.float32 or first.device.type != "cpu":
+def pack_decoder(decoder: nn.Module, rows: int) -> nn.Module:
+    """Swap the pass linears of a TextDecoder (PASS_LINEARS in its layers, and its output head)
+    for PackedLinear, in place, on CPU. Left as they are: CUDA and quantized decoders, and CPUs or
+    dtypes oneDNN cannot pack (bf16 without AVX512). Returns the decoder."""
+    first = decoder.proj.weight
+    if first.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return decoder
+    try:
+        PackedLinear.from_linear(nn.Linear(8, 8, dtype=first.dtype), rows)(torch.zeros(rows, 8, dtype=first.dtype))
+    except RuntimeError:  # e.g. bf16 on a CPU without AVX512: plain F.linear, still batch-invariant
         return decoder
     for module in list(decoder.layers.modules()):
         for name, child in list(module.named_children()):
-            if type(child) is nn.Linear:
-                setattr(module, name, FewRowLinear.from_linear(child))
+            if type(child) is nn.Linear and name in PASS_LINEARS:
+                setattr(module, name, PackedLinear.from_linear(child, rows))
     if type(decoder.proj) is nn.Linear:
-        decoder.proj = FewRowLinear.from_linear(decoder.proj)
+        decoder.proj = PackedLinear.from_linear(decoder.proj, rows)
     return decoder

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from specscribe.models.engines import EngineOptions
+from specscribe.models.engines import EngineOptions, SequentialDecodeLoop
 from specscribe.models.errors import ModelError
 from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
 from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION, encoder_frames
@@ -203,6 +203,10 @@ class Ct2Engine:
     def decode_tokens(self, tokens: Sequence[int]) -> str:
         eot = self._fw.hf_tokenizer.token_to_id("<|endoftext|>")
         return self._fw.hf_tokenizer.decode([t for t in tokens if t < eot])
+
+    def decode_loop(self) -> SequentialDecodeLoop:
+        """One window per step: the baseline decodes as faster-whisper's sequential path does."""
+        return SequentialDecodeLoop(self)
 
 
 def split_segments(tokens: Sequence[int], tokenizer, duration: float, decode) -> tuple[Segment, ...]:

@@ -343,6 +343,10 @@ def load_draft_decoder(
     draft = DraftDecoder.load(path, target, sha)
     if compute_type in ("int8", "int8_float32"):
         draft.quantize_int8()
+    else:  # oneDNN-prepacked weights for its one-token steps (a plain, not batch-invariant, decoder)
+        from specscribe.models.compute import pack_decoder
+
+        pack_decoder(draft.decoder, 1)
     return draft
 
 

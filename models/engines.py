@@ -10,8 +10,9 @@ align words, all on the same encoder output.
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import Hashable, Literal, Protocol, Sequence
 
 import numpy as np
 
@@ -34,6 +35,8 @@ class EngineOptions:
         draft: drafter for the spec engine: auto (best available), none, decoder or ngram.
         draft_model: path to a draft checkpoint (safetensors); None uses the shipped default.
         threads: CPU threads for the engine; 0 lets the library choose.
+        pass_rows: rows per block of a batch-invariant target pass (models/invariant.py);
+            0 picks by compute type and device (models/compute.py pass_rows_for).
     """
 
     engine: EngineName = "spec"
@@ -43,6 +46,7 @@ class EngineOptions:
     draft: DraftName = "auto"
     draft_model: str | None = None
     threads: int = 0
+    pass_rows: int = 0
 
 
 class Transcriber(Protocol):
@@ -78,6 +82,59 @@ class Transcriber(Protocol):
     def decode_tokens(self, tokens: Sequence[int]) -> str:
         """Text of token ids, special and timestamp tokens dropped."""
         ...
+
+    def decode_loop(self) -> "DecodeLoop":
+        """A loop that decodes many submitted windows together (see DecodeLoop)."""
+        ...
+
+
+class DecodeLoop(Protocol):
+    """Decodes that share the model: submit any time, step until they come back.
+
+    ``decode`` of a window equals its result from a loop, whatever else the loop decodes (the
+    spec engine's passes are batch-invariant: models/invariant.py). Tags are the caller's.
+    """
+
+    def submit(self, tag: Hashable, encoded: EncodedAudio, request: DecodeRequest) -> None:
+        """Queue a decode; it joins the next step."""
+        ...
+
+    def step(self) -> list[tuple[Hashable, WindowResult]]:
+        """Advance every decode; return those that finished."""
+        ...
+
+    def cancel(self, tag: Hashable) -> None:
+        """Forget a decode (its result never comes back)."""
+        ...
+
+    def __len__(self) -> int:
+        """Decodes submitted and not yet returned or cancelled."""
+        ...
+
+
+class SequentialDecodeLoop:
+    """A DecodeLoop for engines without batched decoding (ct2): each step decodes one window."""
+
+    def __init__(self, transcriber: Transcriber):
+        self.transcriber = transcriber
+        self._queue: collections.OrderedDict[Hashable, tuple[EncodedAudio, DecodeRequest]] = collections.OrderedDict()
+
+    def submit(self, tag: Hashable, encoded: EncodedAudio, request: DecodeRequest) -> None:
+        if tag in self._queue:
+            raise ValueError(f"a decode tagged {tag!r} is already queued")
+        self._queue[tag] = (encoded, request)
+
+    def step(self) -> list[tuple[Hashable, WindowResult]]:
+        if not self._queue:
+            return []
+        tag, (encoded, request) = self._queue.popitem(last=False)
+        return [(tag, self.transcriber.decode(encoded, request))]
+
+    def cancel(self, tag: Hashable) -> None:
+        self._queue.pop(tag, None)
+
+    def __len__(self) -> int:
+        return len(self._queue)
 
 
 def load_transcriber(options: EngineOptions) -> Transcriber:

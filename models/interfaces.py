@@ -12,18 +12,24 @@ import torch
 
 
 class DecoderSession(Protocol):
-    """A decoder with an explicit KV cache over one encoded window (batch size 1)."""
+    """A decoder with an explicit KV cache over one encoded window (one sequence).
+
+    Many sessions of one TextDecoder can also share a pass (models/whisper.py ``run_pass``).
+    """
 
     @property
     def length(self) -> int:
         """Number of tokens currently in the KV cache."""
         ...
 
-    def forward(self, tokens: Sequence[int], logits_from: int = 0) -> torch.Tensor:
+    def forward(self, tokens: Sequence[int], logits_from: int = 0, prompt_rows: int | None = None) -> torch.Tensor:
         """Append T new tokens to the cache in one pass.
 
         Returns logits (T - logits_from, V), float32: row i predicts the token after
         tokens[logits_from + i]. Rows before logits_from (a prompt's) skip the output head.
+        prompt_rows: how many leading tokens are the prompt (attended as one group, so that a
+        batch-invariant decoder gives them the same bits with or without drafts after them);
+        None: all of them in a fresh session, none later.
         """
         ...
 

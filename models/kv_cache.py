@@ -30,23 +30,29 @@ class KVCache:
         device: torch.device | str = "cpu",
     ):
         shape = (1, n_heads, max_len, head_dim)
-        # empty, not zeros: only positions < length are ever read, and every one of them was written
-        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        # zeros, not empty: a batch-invariant pass attends over the full capacity with a mask, and a
+        # masked key must be finite (NaN * 0 is NaN); positions past the length are never unmasked
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.max_len = max_len
         self.length = 0
 
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v (1, H, T, Dh) at [length, length+T) of ``layer``.
+    def write(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor, full: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (T, H, Dh) at positions [length, length+T) of ``layer``.
 
-        Returns the valid keys and values (1, H, length+T, Dh) as views (no copy).
+        Returns the keys and values (1, H, L, Dh) as views (no copy): L = length+T, or the
+        full capacity max_len when ``full`` (positions past length+T hold zeros or stale,
+        finite values; a caller that reads them masks them).
         """
-        start, end = self.length, self.length + k.shape[2]
+        start, end = self.length, self.length + k.shape[0]
         if end > self.max_len:
             raise ValueError(f"KV cache full: {end} positions > capacity {self.max_len}")
-        self.keys[layer][:, :, start:end] = k
-        self.values[layer][:, :, start:end] = v
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        self.keys[layer][0, :, start:end] = k.transpose(0, 1)
+        self.values[layer][0, :, start:end] = v.transpose(0, 1)
+        stop = self.max_len if full else end
+        return self.keys[layer][:, :, :stop], self.values[layer][:, :, :stop]
 
     def advance(self, n: int) -> None:
         """Mark n newly written positions as valid (after all layers wrote them)."""

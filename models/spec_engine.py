@@ -17,28 +17,29 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import numpy as np
 import torch
 
 from specscribe.models.compute import (
-    prepare_model,
+    pack_decoder,
+    pass_rows_for,
     resolve_compute_type,
     resolve_device,
     set_threads,
-    speed_up_cpu_decoder,
 )
 from specscribe.models.alignment import align_words
-from specscribe.models.decoding import GenerateOptions, Generation, build_prompt, detect_language, generate, max_new_tokens
-from specscribe.models.engines import EngineOptions
+from specscribe.models.batch_decode import BatchDecoder
+from specscribe.models.decoding import GenerateOptions, build_prompt, detect_language, max_new_tokens
 from specscribe.models.draft import build_drafter, load_draft_decoder
+from specscribe.models.engines import EngineOptions
 from specscribe.models.errors import ModelError
+from specscribe.models.invariant import PassShape
 from specscribe.models.logits import RuleConfig, WhisperLogitRules, suppressed_token_ids
-from specscribe.models.speculative import SpecOptions, generate_window
+from specscribe.models.speculative import SpecOptions, SpecResult, SpecSequence, to_generation, window_sequence
 from specscribe.models.tokenizer import WhisperTokenizer
-from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult
-from specscribe.models.weights import WhisperDims, read_model_bin
+from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, WindowResult
 from specscribe.models.whisper import DecoderSession, WhisperModel
 from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION, encoder_frames
 
@@ -76,15 +77,18 @@ class SpecEngine:
         bin_path = folder / "model.bin"
         if not bin_path.is_file():
             raise ModelError(f"{folder} is not a CTranslate2 Whisper model (no model.bin)")
-        ct2 = read_model_bin(bin_path)
-        self.dims: WhisperDims = WhisperDims.from_model(ct2)
+        from specscribe.models.weight_cache import load_whisper_model
+
         self.device = resolve_device(options.device)
         self.compute_type = resolve_compute_type(options.compute_type, self.device)
         set_threads(options.threads)
-        model = WhisperModel.from_ct2(ct2)
-        del ct2
-        self.model: WhisperModel = prepare_model(model, self.compute_type, self.device)
-        speed_up_cpu_decoder(self.model.decoder)  # float32 decoder on CPU: few-row matmuls (compute.py)
+        # converted once per (model, dtype) into specscribe_home()/cache, then memory-mapped
+        model, self.dims = load_whisper_model(folder, self.compute_type, self.device, str(options.model))
+        self.model: WhisperModel = model  # already through prepare_model
+        # every target pass runs at fixed shapes, so batching and drafting never change a row's bits
+        shape = PassShape(rows=options.pass_rows or pass_rows_for(self.compute_type, self.device))
+        self.model.decoder.pass_shape = shape
+        pack_decoder(self.model.decoder, shape.rows)  # prepacked weights for blocks of shape.rows
         self.model_name = str(options.model)
         self.is_multilingual = self.dims.n_vocab >= 51865
         self.tokenizer = WhisperTokenizer.from_folder(folder, self.is_multilingual)
@@ -163,10 +167,6 @@ class SpecEngine:
             self.dims.n_text_ctx,
         )
 
-    def _generate(self, session: DecoderSession, prompt: list[int], rules: WhisperLogitRules, options: GenerateOptions) -> Generation:
-        """The one generation call (target-only); speculative decoding replaces it."""
-        return generate(session, prompt, rules, options)
-
     # --- Transcriber -------------------------------------------------------------------
     def encode(self, audio: np.ndarray, window: float | None = None) -> EncodedAudio:
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
@@ -191,12 +191,30 @@ class SpecEngine:
         return tok.hf.id_to_token(token_id)[2:-2], prob
 
     def decode(self, encoded: EncodedAudio, request: DecodeRequest) -> WindowResult:
+        return self.decode_many([(encoded, request)])[0]
+
+    def decode_many(self, items: Sequence[tuple[EncodedAudio, DecodeRequest]]) -> list[WindowResult]:
+        """Decode several (window, request) pairs together, sharing every target pass."""
+        loop = self.decode_loop()
+        for i, (encoded, request) in enumerate(items):
+            loop.submit(i, encoded, request)
+        results: dict[int, WindowResult] = {}
+        while len(loop):
+            results.update(loop.step())
+        return [results[i] for i in range(len(items))]
+
+    def decode_loop(self) -> "SpecDecodeLoop":
+        """A continuous-batching loop over this engine (models/engines.py DecodeLoop)."""
+        return SpecDecodeLoop(self)
+
+    def start_decode(self, encoded: EncodedAudio, request: DecodeRequest) -> "_Decode":
+        """Everything one decode needs, its SpecSequence ready to join a batch (the language is
+        detected here, in a pass of its own, when the request leaves it open)."""
         language, language_probability = request.language, 1.0
         if not self.is_multilingual:
             language = "en"
         elif language is None:
             language, language_probability = self.detect_language(encoded)
-        started = time.perf_counter()
         tok = self.tokenizer
         prompt = self.prompt(request, language)
         options = GenerateOptions(
@@ -220,23 +238,24 @@ class SpecEngine:
             # a re-decode's previous hypothesis is nearly free and mostly right: verify long runs
             # of it per pass (the draft decoder caps its own rounds: DraftDecoderDrafter.max_k)
             spec = SpecOptions(eot=tok.eot, k_init=min(HYPOTHESIS_K, len(request.hypothesis_tokens) + 1), k_max=HYPOTHESIS_K)
-        gen, stats = generate_window(session, prompt, rules, options, drafter, self.dims.n_text_ctx, spec)
-        elapsed = (time.perf_counter() - started) * 1000
-        self.times.decode_total += elapsed
-        self.times.n_decodes += 1
+        sequence = window_sequence(session, prompt, rules, options, drafter, self.dims.n_text_ctx, spec)
+        return _Decode(sequence, options, encoded.duration, language, language_probability, request.temperature)
+
+    def finish_decode(self, job: "_Decode", res: SpecResult) -> WindowResult:
         from specscribe.models.ct2_engine import split_segments  # the same segments as the ct2 engine
 
+        gen, tok = to_generation(res, job.options), self.tokenizer
         tokens = list(gen.tokens)
         return WindowResult(
             tokens=tuple(tokens),
             text=tok.decode(tokens),
-            segments=split_segments(tokens, tok, encoded.duration, self.decode_tokens),
-            language=language,
-            language_probability=language_probability,
+            segments=split_segments(tokens, tok, job.duration, self.decode_tokens),
+            language=job.language,
+            language_probability=job.language_probability,
             avg_logprob=gen.avg_logprob,
             no_speech_prob=gen.no_speech_prob,
-            temperature=request.temperature,
-            stats=stats,
+            temperature=job.temperature,
+            stats=res.stats,
             token_logprobs=gen.logprobs,
         )
 
@@ -270,6 +289,49 @@ class SpecEngine:
 
     def decode_tokens(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(tokens)
+
+
+@dataclass(frozen=True)
+class _Decode:
+    """One submitted decode: its sequence and what its WindowResult needs."""
+
+    sequence: SpecSequence
+    options: GenerateOptions
+    duration: float
+    language: str
+    language_probability: float
+    temperature: float
+
+
+class SpecDecodeLoop:
+    """Continuous batching over a SpecEngine (the DecodeLoop of models/engines.py): submitted
+    decodes join the next target pass, finished ones come back from ``step``."""
+
+    def __init__(self, engine: SpecEngine):
+        shape = engine.model.decoder.pass_shape
+        self.engine = engine
+        self.batch: BatchDecoder = BatchDecoder(block=shape.rows if shape is not None else 1)
+        self._jobs: dict[Hashable, _Decode] = {}
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def submit(self, tag: Hashable, encoded: EncodedAudio, request: DecodeRequest) -> None:
+        job = self.engine.start_decode(encoded, request)
+        self.batch.add(tag, job.sequence)
+        self._jobs[tag] = job
+
+    def step(self) -> list[tuple[Hashable, WindowResult]]:
+        started = time.perf_counter()
+        out = [(tag, self.engine.finish_decode(self._jobs.pop(tag), res)) for tag, res in self.batch.step()]
+        times = self.engine.times
+        times.decode_total += (time.perf_counter() - started) * 1000
+        times.n_decodes += len(out)
+        return out
+
+    def cancel(self, tag: Hashable) -> None:
+        self.batch.cancel(tag)
+        self._jobs.pop(tag, None)
 
 
 def _read_config(folder: Path) -> dict:

@@ -33,6 +33,8 @@ import torch
 from specscribe.models.drafters import Draft, Drafter
 from specscribe.models.interfaces import DecoderSession, LogitRules
 from specscribe.models.types import SpecStats
+from specscribe.models.verify import common_prefix, verify_greedy, verify_sampling
+from specscribe.models.whisper import PassPart
 
 if TYPE_CHECKING:
     from specscribe.models.decoding import GenerateOptions, Generation
@@ -156,6 +158,134 @@ class _Stats:
         return SpecStats(self.passes, self.tokens, self.drafted, self.accepted, self.draft_ms, self.verify_ms)
 
 
+class SpecSequence:
+    """One decode (one window, one request) as steps: ``plan`` the rows of the next target pass,
+    the pass runs (alone, or together with other sequences: models/batch_decode.py), then
+    ``consume`` its logits. ``generate`` drives a single sequence.
+
+    target: a fresh DecoderSession, or one whose cache holds a prefix of the prompt.
+    drafter: None decodes plainly (k = 0 every round).
+    generator: the random source for sampling (temperature > 0).
+    clock: seconds, for the timings (tests inject a fake one).
+    """
+
+    def __init__(
+        self,
+        target: DecoderSession,
+        rules: LogitRules,
+        prompt: Sequence[int],
+        drafter: Drafter | None,
+        options: SpecOptions,
+        generator: torch.Generator | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.prompt = list(prompt)
+        if not self.prompt:
+            raise ValueError("the prompt must hold at least the start-of-transcript token")
+        if target.length > len(self.prompt):
+            raise ValueError(f"target cache holds {target.length} tokens, more than the prompt's {len(self.prompt)}")
+        self.target, self.rules, self.drafter, self.options = target, rules, drafter, options
+        self.generator, self.clock = generator, clock
+        # the plain loop's limit: no pass writes beyond n_ctx, so at most n_ctx - P + 1 tokens
+        self.limit = max(0, min(options.max_new_tokens, options.n_ctx - len(self.prompt) + 1))
+        self.control = DraftLength(options)
+        self.stats = _Stats()
+        self.generated: list[int] = []
+        self.logprobs: list[float] = []
+        self.pending = self.prompt[target.length :]  # tokens not yet in the target's cache
+        self.row_logits: torch.Tensor | None = None
+        self.finished = False
+        self.draft, self.propose_ms, self._first = Draft(()), 0.0, 0  # the planned pass's
+        if drafter is not None:
+            drafter.begin(self.prompt, options.temperature, generator)
+
+    @property
+    def done(self) -> bool:
+        return self.finished or len(self.generated) >= self.limit
+
+    def wanted_drafts(self) -> int:
+        """How many tokens the next pass would draft: the controller's k, within the room left
+        (k drafts can emit k + 1 tokens) and the context."""
+        if self.drafter is None:
+            return 0
+        room = self.limit - len(self.generated)
+        return max(0, min(self.control.next_k(), room - 1, self.options.n_ctx - self.target.length - len(self.pending)))
+
+    def plan(self, max_drafts: int | None = None) -> PassPart:
+        """Draft (at most max_drafts tokens) and return this sequence's rows of the next pass."""
+        k = self.wanted_drafts() if max_drafts is None else min(self.wanted_drafts(), max_drafts)
+        draft, self.propose_ms = Draft(()), 0.0
+        if k > 0:
+            t0 = self.clock()
+            draft = self.drafter.propose(self.generated, k)
+            draft = Draft(tuple(draft.tokens[:k]), None if draft.probs is None else draft.probs[:k])
+            self.propose_ms = (self.clock() - t0) * 1e3
+        self.draft = draft
+        opts, start, pending = self.options, self.target.length, self.pending
+        first = len(pending) - 1  # the head runs from here (and from the kept prompt row)
+        if opts.keep_prompt_row is not None and start <= opts.keep_prompt_row < start + len(pending):
+            first = min(first, opts.keep_prompt_row - start)
+        self._first = first
+        prompt_rows = len(pending) if start < len(self.prompt) else 0  # the prompt attends as one group
+        return PassPart(self.target, pending + list(draft.tokens), logits_from=first, prompt_rows=prompt_rows)
+
+    def consume(self, logits: torch.Tensor, pass_ms: float) -> None:
+        """logits: the planned rows' (from logits_from on). pass_ms: what the pass cost this
+        sequence (a batch's whole pass time, others' drafting included)."""
+        t0 = self.clock()
+        opts, draft, pending = self.options, self.draft, self.pending
+        start = self.target.length - len(pending) - len(draft.tokens)  # the cache length before the pass
+        prefill = len(pending) > 1
+        if opts.keep_prompt_row is not None and start <= opts.keep_prompt_row < start + len(pending):
+            self.row_logits = logits[opts.keep_prompt_row - start - self._first].clone()
+        rows = logits[len(pending) - 1 - self._first :]  # (n + 1, V): row i predicts the token after draft[:i]
+        room = self.limit - len(self.generated)
+        if opts.temperature > 0:
+            emitted, lps = verify_sampling(rows, draft, self.generated, self.rules, opts.temperature, opts.eot, room, self.generator)
+        else:
+            emitted, lps = verify_greedy(rows, draft.tokens, self.generated, self.rules, opts.eot, room)
+        verify_ms = pass_ms + (self.clock() - t0) * 1e3
+        n_acc = sum(1 for _ in common_prefix(emitted, draft.tokens))
+        self.generated += emitted
+        self.logprobs += lps
+        self.finished = emitted[-1] == opts.eot
+        # keep the prompt and every emitted token but the last one in the caches
+        self.target.crop(len(self.prompt) + len(self.generated) - 1)
+        self.pending = [self.generated[-1]]
+        t1 = self.clock()
+        if self.drafter is not None:
+            self.drafter.accept(self.generated)
+        draft_ms = self.propose_ms + (self.clock() - t1) * 1e3
+        st = self.stats
+        st.passes += 1
+        st.tokens += len(emitted)
+        st.drafted += len(draft.tokens)
+        st.accepted += n_acc
+        st.verify_ms += verify_ms
+        st.draft_ms += draft_ms
+        self.control.update(len(draft.tokens), n_acc, len(emitted), verify_ms, draft_ms, measure=not prefill)
+
+    def close(self) -> SpecResult:
+        """End the decode (release the drafter's caches) and return what it produced."""
+        if self.drafter is not None:
+            self.drafter.finish()
+            self.drafter = None
+        return SpecResult(tuple(self.generated), tuple(self.logprobs), self.finished, self.row_logits, self.stats.freeze())
+
+
+def run_alone(seq: SpecSequence) -> SpecResult:
+    """Drive one sequence to its end, every pass a pass of its own target session."""
+    try:
+        while not seq.done:
+            part = seq.plan()
+            t0 = seq.clock()
+            logits = seq.target.forward(part.tokens, logits_from=part.logits_from, prompt_rows=part.prompt_rows)
+            seq.consume(logits, (seq.clock() - t0) * 1e3)
+    finally:
+        result = seq.close()
+    return result
+
+
 def generate(
     target: DecoderSession,
     rules: LogitRules,
@@ -165,149 +295,12 @@ def generate(
     generator: torch.Generator | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> SpecResult:
-    """Decode after ``prompt`` (the start sequence) with the target, speculating with ``drafter``.
-
-    target: a fresh DecoderSession, or one whose cache holds a prefix of the prompt.
-    drafter: None decodes plainly (k = 0 every round).
-    generator: the random source for sampling (temperature > 0).
-    clock: seconds, for the timings (tests inject a fake one).
-    """
-    prompt = list(prompt)
-    if not prompt:
-        raise ValueError("the prompt must hold at least the start-of-transcript token")
-    if target.length > len(prompt):
-        raise ValueError(f"target cache holds {target.length} tokens, more than the prompt's {len(prompt)}")
-    opts = options
-    # the plain loop's limit: no pass writes beyond n_ctx, so at most n_ctx - P + 1 tokens
-    limit = max(0, min(opts.max_new_tokens, opts.n_ctx - len(prompt) + 1))
-    control = DraftLength(opts)
-    stats = _Stats()
-    generated: list[int] = []
-    logprobs: list[float] = []
-    pending = prompt[target.length :]  # tokens not yet in the target's cache
-    row_logits: torch.Tensor | None = None
-    finished = False
-    if drafter is not None:
-        drafter.begin(prompt, opts.temperature, generator)
-    try:
-        while len(generated) < limit and not finished:
-            room = limit - len(generated)
-            # never write beyond the context; k drafts can emit k + 1 tokens
-            k = min(control.next_k(), room - 1, opts.n_ctx - target.length - len(pending)) if drafter else 0
-            draft, propose_ms = Draft(()), 0.0
-            if k > 0:
-                t0 = clock()
-                draft = drafter.propose(generated, k)
-                draft = Draft(tuple(draft.tokens[:k]), None if draft.probs is None else draft.probs[:k])
-                propose_ms = (clock() - t0) * 1e3
-            t0 = clock()
-            start, prefill = target.length, len(pending) > 1
-            first = len(pending) - 1  # the head runs from here (and from the kept prompt row)
-            keep = opts.keep_prompt_row is not None and start <= opts.keep_prompt_row < start + len(pending)
-            if keep:
-                first = min(first, opts.keep_prompt_row - start)
-            logits = target.forward(pending + list(draft.tokens), logits_from=first)  # (P + n - first, V)
-            if keep:
-                row_logits = logits[opts.keep_prompt_row - start - first].clone()
-            rows = logits[len(pending) - 1 - first :]  # (n + 1, V): row i predicts the token after draft[:i]
-            if opts.temperature > 0:
-                emitted, lps = _verify_sampling(rows, draft, generated, rules, opts, room, generator)
-            else:
-                emitted, lps = _verify_greedy(rows, draft.tokens, generated, rules, opts.eot, room)
-            verify_ms = (clock() - t0) * 1e3
-            n_acc = sum(1 for _ in _common_prefix(emitted, draft.tokens))
-            generated += emitted
-            logprobs += lps
-            finished = emitted[-1] == opts.eot
-            # keep the prompt and every emitted token but the last one in the caches
-            target.crop(len(prompt) + len(generated) - 1)
-            pending = [generated[-1]]
-            t1 = clock()
-            if drafter is not None:
-                drafter.accept(generated)
-            draft_ms = propose_ms + (clock() - t1) * 1e3
-            stats.passes += 1
-            stats.tokens += len(emitted)
-            stats.drafted += len(draft.tokens)
-            stats.accepted += n_acc
-            stats.verify_ms += verify_ms
-            stats.draft_ms += draft_ms
-            control.update(len(draft.tokens), n_acc, len(emitted), verify_ms, draft_ms, measure=not prefill)
-    finally:
-        if drafter is not None:
-            drafter.finish()
-    return SpecResult(tuple(generated), tuple(logprobs), finished, row_logits, stats.freeze())
+    """Decode after ``prompt`` (the start sequence) with the target alone, speculating with
+    ``drafter`` (see SpecSequence for the arguments)."""
+    return run_alone(SpecSequence(target, rules, prompt, drafter, options, generator, clock))
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]):
-    for x, y in zip(a, b):
-        if x != y:
-            return
-        yield x
-
-
-def _verify_greedy(
-    rows: torch.Tensor, draft: Sequence[int], generated: list[int], rules: LogitRules, eot: int, room: int
-) -> tuple[list[int], list[float]]:
-    """rows: (n + 1, V) raw logits. Emits the accepted drafts, then the correction or bonus token."""
-    out: list[int] = []
-    lps: list[float] = []
-    for i in range(len(draft) + 1):
-        filtered = rules.apply(rows[i].clone(), generated + out)  # (V,)
-        token = int(filtered.argmax())
-        lps.append(float(torch.log_softmax(filtered, dim=-1)[token]))
-        out.append(token)
-        if token == eot or len(out) >= room or i == len(draft) or token != draft[i]:
-            break
-    return out, lps
-
-
-def _verify_sampling(
-    rows: torch.Tensor,
-    draft: Draft,
-    generated: list[int],
-    rules: LogitRules,
-    opts: SpecOptions,
-    room: int,
-    generator: torch.Generator | None,
-) -> tuple[list[int], list[float]]:
-    """The rejection rule: accept x with prob min(1, p(x)/q(x)), else sample max(0, p - q), normalised."""
-    out: list[int] = []
-    lps: list[float] = []
-    for i in range(len(draft.tokens) + 1):
-        filtered = rules.apply(rows[i].clone(), generated + out)  # (V,)
-        p = torch.softmax(filtered / opts.temperature, dim=-1)  # (V,)
-        accepted = False
-        if i < len(draft.tokens):
-            x = draft.tokens[i]
-            q = _draft_dist(draft, i, p)  # (V,)
-            u = float(torch.rand((), generator=generator))
-            accepted = float(q[x]) > 0 and u < min(1.0, float(p[x]) / float(q[x]))
-            if accepted:
-                token = x
-            else:
-                residual = torch.clamp(p - q, min=0)
-                total = float(residual.sum())
-                token = int(torch.multinomial(residual / total if total > 0 else p, 1, generator=generator))
-        else:
-            token = int(torch.multinomial(p, 1, generator=generator))
-        lps.append(float(torch.log_softmax(filtered, dim=-1)[token]))
-        out.append(token)
-        if token == opts.eot or len(out) >= room or not accepted:
-            break
-    return out, lps
-
-
-def _draft_dist(draft: Draft, i: int, like: torch.Tensor) -> torch.Tensor:
-    """The drafter's distribution at position i (V,); a point mass when it gave none."""
-    if draft.probs is not None:
-        return draft.probs[i].to(like.dtype)
-    q = torch.zeros_like(like)
-    q[draft.tokens[i]] = 1.0
-    return q
-
-
-def generate_window(
+def window_sequence(
     session: DecoderSession,
     prompt: Sequence[int],
     rules: LogitRules,
@@ -315,16 +308,10 @@ def generate_window(
     drafter: Drafter | None,
     n_ctx: int,
     spec: SpecOptions | None = None,
-) -> tuple["Generation", SpecStats]:
-    """A drop-in for models/decoding.generate (same inputs, same Generation) plus SpecStats.
-
-    spec: draft-length settings (k_init, bounds, adaptive ...); its eot, length, temperature
-    and prompt-row fields are taken from ``options``.
-    """
+) -> SpecSequence:
+    """A SpecSequence for the inputs of models/decoding.generate (its eot, length, temperature,
+    seed and no-speech row come from ``options``; ``spec`` adds the draft-length settings)."""
     import dataclasses
-    import math
-
-    from specscribe.models.decoding import Generation
 
     spec = dataclasses.replace(
         spec or SpecOptions(eot=options.eot),
@@ -337,7 +324,15 @@ def generate_window(
     generator = None
     if options.temperature > 0 and options.seed is not None:
         generator = torch.Generator().manual_seed(options.seed)
-    res = generate(session, rules, prompt, drafter, spec, generator)
+    return SpecSequence(session, rules, prompt, drafter, spec, generator)
+
+
+def to_generation(res: SpecResult, options: "GenerateOptions") -> "Generation":
+    """A SpecResult as models/decoding.generate's Generation (end-of-text dropped)."""
+    import math
+
+    from specscribe.models.decoding import Generation
+
     tokens = res.tokens[:-1] if res.finished else res.tokens
     sum_logprob = sum(res.logprobs)
     if not math.isfinite(sum_logprob):
@@ -346,5 +341,18 @@ def generate_window(
     if res.prompt_row_logits is not None:
         no_speech_prob = float(torch.softmax(res.prompt_row_logits, dim=-1)[options.no_speech])
     passes = max(0, res.stats.target_passes - 1)
-    gen = Generation(tuple(tokens), sum_logprob, no_speech_prob, passes, res.finished, res.logprobs[: len(tokens)])
-    return gen, res.stats
+    return Generation(tuple(tokens), sum_logprob, no_speech_prob, passes, res.finished, res.logprobs[: len(tokens)])
+
+
+def generate_window(
+    session: DecoderSession,
+    prompt: Sequence[int],
+    rules: LogitRules,
+    options: "GenerateOptions",
+    drafter: Drafter | None,
+    n_ctx: int,
+    spec: SpecOptions | None = None,
+) -> tuple["Generation", SpecStats]:
+    """A drop-in for models/decoding.generate (same inputs, same Generation) plus SpecStats."""
+    res = run_alone(window_sequence(session, prompt, rules, options, drafter, n_ctx, spec))
+    return to_generation(res, options), res.stats

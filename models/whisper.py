@@ -27,12 +27,14 @@ self-attention, cross-attention and MLP, and knows nothing about its index in th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specscribe.models.invariant import PassShape, RowBlocks, attend
 from specscribe.models.kv_cache import KVCache
 from specscribe.models.weights import Ct2Model, WhisperDims
 
@@ -82,7 +84,11 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Pre-LN causal self-attention (KV-cached) + cross-attention + MLP. Reusable in any stack."""
+    """Pre-LN causal self-attention (KV-cached) + cross-attention + MLP. Reusable in any stack.
+
+    ``forward`` runs the rows of one pass: the rows of every sequence in it, stacked (see
+    ``TextDecoder.run_pass``). Row-wise work goes through ``blocks``; attention is per sequence.
+    """
 
     def __init__(self, d: int, n_heads: int, d_ff: int):
         super().__init__()
@@ -104,30 +110,41 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self,
-        x: torch.Tensor,  # (1, T, d)
-        cache: KVCache,
-        index: int,  # this layer's slot in the cache
-        mask: torch.Tensor | None,  # (T, L+T) bool, True = attend; None for T == 1
-        cross_k: torch.Tensor,  # (1, H, S, Dh)
-        cross_v: torch.Tensor,
+        x: torch.Tensor,  # (R, d): every row of the pass (R = blocks.padded)
+        blocks: RowBlocks,
+        seqs: Sequence["_SeqRows"],
+        index: int,  # this layer's slot in the caches
         want_scores: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        h = self.n_heads
-        q, k, v = self.qkv(self.attn_ln(x)).chunk(3, dim=-1)
-        keys, values = cache.write(index, _heads(k, h), _heads(v, h))
-        a = F.scaled_dot_product_attention(_heads(q, h), keys, values, attn_mask=mask)
-        x = x + self.out(_merge(a))
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Returns the new rows (R, d) and, with want_scores, per sequence the pre-softmax
+        cross-attention logits (H, T, S) (openai/whisper's QKs, for word alignment)."""
+        h, d = self.n_heads, x.shape[1]
+        invariant = blocks.size > 0
+        q, k, v = blocks.map(lambda b: self.qkv(self.attn_ln(b)), x).split(d, dim=-1)  # (R, d) each
+        a = torch.zeros_like(x)  # (R, d); padding rows stay zero
+        for s in seqs:
+            rows = slice(s.row0, s.row0 + s.n)
+            keys, values = s.cache.write(index, k[rows].view(s.n, h, -1), v[rows].view(s.n, h, -1), full=invariant)
+            out = attend(q[rows].view(s.n, h, -1), keys, values, s.mask, s.group, s.key_lengths, invariant)
+            a[rows] = out.reshape(s.n, d)
+        x = x + blocks.map(self.out, a)
 
-        q = _heads(self.cross_q(self.cross_ln(x)), h)  # (1, H, T, Dh)
-        scores = None
-        if want_scores:
-            scores = (q @ cross_k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)  # (1, H, T, S)
-            a = torch.softmax(scores.float(), dim=-1).to(q.dtype) @ cross_v
-        else:
-            a = F.scaled_dot_product_attention(q, cross_k, cross_v)
-        x = x + self.cross_out(_merge(a))
-        x = x + self.mlp(self.mlp_ln(x))
-        return x, scores
+        q = blocks.map(lambda b: self.cross_q(self.cross_ln(b)), x)  # (R, d)
+        all_scores = []
+        for s in seqs:
+            rows = slice(s.row0, s.row0 + s.n)
+            ck, cv = s.cross[index]  # (1, H, S, Dh)
+            qh = q[rows].view(s.n, h, -1)  # (T, H, Dh)
+            if want_scores:
+                scores = (qh.transpose(0, 1) @ ck[0].transpose(-1, -2)) * (qh.shape[-1] ** -0.5)  # (H, T, S)
+                out = (torch.softmax(scores.float(), dim=-1).to(q.dtype) @ cv[0]).transpose(0, 1)  # (T, H, Dh)
+                all_scores.append(scores.float())
+            else:
+                out = attend(qh, ck, cv, None, s.group, None, invariant)
+            a[rows] = out.reshape(s.n, d)
+        x = x + blocks.map(self.cross_out, a)
+        x = x + blocks.map(lambda b: self.mlp(self.mlp_ln(b)), x)
+        return x, all_scores
 
 
 class AudioEncoder(nn.Module):
@@ -153,6 +170,11 @@ class TextDecoder(nn.Module):
     """A stack of DecoderLayers around a token embedding, positions, final LN and output head.
 
     The parts are modules (or a buffer) so that a draft decoder can share the target's.
+
+    Attributes:
+        pass_shape: the fixed shapes that make every pass batch-invariant (models/invariant.py),
+            set on the target by the engine; None runs each pass in as few kernel calls as
+            possible, whose results depend on the row count (draft decoders, training).
     """
 
     def __init__(
@@ -169,6 +191,7 @@ class TextDecoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.ln = ln
         self.proj = proj
+        self.pass_shape: PassShape | None = None
 
     @property
     def n_ctx(self) -> int:
@@ -183,11 +206,102 @@ class TextDecoder(nn.Module):
     def session(self, enc: torch.Tensor, cross: list | None = None) -> "DecoderSession":
         return DecoderSession(self, enc, cross)
 
+    def run_pass(self, parts: Sequence[PassPart], want_scores: bool = False) -> list[PassOutput]:
+        """ONE decoder pass over the rows of several sessions of this decoder.
+
+        Each part appends its tokens to its own session's cache. Returns, per part, the logits
+        (T - logits_from, V) float32 (row i predicts the token after tokens[logits_from + i])
+        and, with want_scores, the cross-attention logits (n_layers, H, T, S) float32.
+        With a pass_shape, a part's outputs are bitwise the same whatever the other parts are.
+        """
+        seqs, ids, positions, row0 = [], [], [], 0
+        for part in parts:
+            session, n = part.session, len(part.tokens)
+            start = session.cache.length
+            if n == 0:
+                raise ValueError("a pass part needs at least one token")
+            if start + n > self.n_ctx:
+                raise ValueError(f"decoder context full: {start + n} > {self.n_ctx} positions")
+            group = n if part.prompt_rows is None and start == 0 else min(part.prompt_rows or 0, n)
+            shape, mask, lengths = self.pass_shape, None, None
+            if shape is not None:
+                lengths = shape.key_lengths(start, n, self.n_ctx)
+            if shape is not None or n > 1:  # row i attends to positions <= start + i
+                keys = max(lengths) if lengths else start + n
+                mask = session.positions[:keys].unsqueeze(0) <= session.positions[start : start + n].unsqueeze(1)
+            seqs.append(_SeqRows(row0, n, session.cache, session.cross, mask, group, lengths))
+            ids += part.tokens
+            positions.append(session.positions[start : start + n])
+            row0 += n
+        device = self.positional_embedding.device
+        blocks = RowBlocks(self.pass_shape.rows if self.pass_shape is not None else 0, row0)
+        with torch.inference_mode():
+            pos = torch.cat(positions)  # (R,)
+            x = self.token_embedding(torch.tensor(ids, dtype=torch.long, device=device)) + self.positional_embedding[pos]
+            x = blocks.pad(x.to(self.positional_embedding.dtype))  # (R_pad, d)
+            scores: list[list[torch.Tensor]] = [[] for _ in parts]
+            for i, layer in enumerate(self.layers):
+                x, layer_scores = layer(x, blocks, seqs, i, want_scores)
+                for j, sc in enumerate(layer_scores):
+                    scores[j].append(sc)
+            for s in seqs:
+                s.cache.advance(s.n)
+            wanted = [torch.arange(s.row0 + p.logits_from, s.row0 + s.n, device=device) for s, p in zip(seqs, parts)]
+            index = torch.cat(wanted)  # (N,)
+            if len(index):
+                heads = RowBlocks(blocks.size, len(index))
+                logits = heads.map(lambda b: self.proj(self.ln(b)), heads.pad(x.index_select(0, index)))
+                logits = logits[: len(index)].float().split([len(w) for w in wanted])
+            else:  # no row asked for the head (an alignment pass)
+                logits = [x.new_zeros(0, self.proj.out_features, dtype=torch.float32) for _ in wanted]
+        return [PassOutput(lg, torch.stack(sc) if want_scores else None) for lg, sc in zip(logits, scores)]
+
+
+@dataclass(frozen=True)
+class PassPart:
+    """One session's share of a decoder pass.
+
+    Attributes:
+        session: the DecoderSession whose cache the tokens are appended to.
+        tokens: the token ids to append.
+        logits_from: the first row that goes through the output head (earlier rows only feed
+            the cache: a prompt's).
+        prompt_rows: how many leading rows are the session's prompt, attended as one group
+            (models/invariant.py); None: all of them when the session is fresh, else none.
+    """
+
+    session: "DecoderSession"
+    tokens: Sequence[int]
+    logits_from: int = 0
+    prompt_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class PassOutput:
+    """Attributes: logits (T - logits_from, V) float32; scores (n_layers, H, T, S) float32 or None."""
+
+    logits: torch.Tensor
+    scores: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class _SeqRows:
+    """Where a sequence's rows sit in a pass, and what they attend to."""
+
+    row0: int
+    n: int
+    cache: KVCache
+    cross: list  # per layer (K, V), each (1, H, S, Dh)
+    mask: torch.Tensor | None  # (n, L) bool
+    group: int  # leading rows attended as one group
+    key_lengths: list[int] | None  # per row, the self-attention keys it reads (None: all written)
+
 
 class DecoderSession:
-    """A TextDecoder bound to one window's encoder output (batch 1), with its own KVCache.
+    """A TextDecoder bound to one window's encoder output, with its own KVCache.
 
-    Implements the DecoderSession protocol of models/interfaces.py.
+    Implements the DecoderSession protocol of models/interfaces.py. Many sessions of one
+    decoder can share a pass (``TextDecoder.run_pass``).
     """
 
     def __init__(self, decoder: TextDecoder, enc: torch.Tensor, cross: list | None = None):
@@ -200,7 +314,7 @@ class DecoderSession:
         self.cache = KVCache(
             len(decoder.layers), layer0.n_heads, d // layer0.n_heads, decoder.n_ctx, self.dtype, enc.device
         )
-        self._positions = torch.arange(decoder.n_ctx, device=enc.device)
+        self.positions = torch.arange(decoder.n_ctx, device=enc.device)  # (n_ctx,)
 
     @property
     def length(self) -> int:
@@ -209,33 +323,18 @@ class DecoderSession:
     def crop(self, length: int) -> None:
         self.cache.crop(length)
 
-    def forward(self, tokens: Sequence[int], return_cross_attention: bool = False, logits_from: int = 0):
-        """Append T tokens in one pass. Returns logits (T - logits_from, V) float32, row i
-        predicting the token after tokens[logits_from + i] (the output head, the costliest
-        matmul, skips the rows before logits_from); with return_cross_attention also the
-        cross-attention logits (n_layers, n_heads, T, S) float32."""
-        dec = self.decoder
-        start, t = self.cache.length, len(tokens)
-        if start + t > dec.n_ctx:
-            raise ValueError(f"decoder context full: {start + t} > {dec.n_ctx} positions")
-        with torch.inference_mode():
-            ids = torch.tensor([list(tokens)], dtype=torch.long, device=self._positions.device)  # (1, T)
-            x = dec.token_embedding(ids) + dec.positional_embedding[start : start + t]  # (1, T, d)
-            x = x.to(self.dtype)
-            mask = None
-            if t > 1:  # row i attends to cached positions and new positions <= i
-                mask = self._positions[: start + t].unsqueeze(0) <= (self._positions[:t] + start).unsqueeze(1)
-            all_scores = []
-            for i, layer in enumerate(dec.layers):
-                ck, cv = self.cross[i]
-                x, scores = layer(x, self.cache, i, mask, ck, cv, return_cross_attention)
-                if scores is not None:
-                    all_scores.append(scores[0].float())
-            self.cache.advance(t)
-            logits = dec.proj(dec.ln(x[:, logits_from:]))[0].float()  # (T - logits_from, V)
-        if return_cross_attention:
-            return logits, torch.stack(all_scores)  # (n_layers, H, T, S)
-        return logits
+    def forward(
+        self,
+        tokens: Sequence[int],
+        return_cross_attention: bool = False,
+        logits_from: int = 0,
+        prompt_rows: int | None = None,
+    ):
+        """Append T tokens in one pass (a pass of this session alone; see PassPart for the
+        arguments). Returns logits (T - logits_from, V) float32, and with
+        return_cross_attention also the cross-attention logits (n_layers, n_heads, T, S)."""
+        out = self.decoder.run_pass([PassPart(self, tokens, logits_from, prompt_rows)], return_cross_attention)[0]
+        return (out.logits, out.scores) if return_cross_attention else out.logits
 
 
 class WhisperModel(nn.Module):

@@ -1,5 +1,11 @@
 """Batch transcription: inputs -> one loaded model -> transcripts -> output files.
 
+Files are decoded as lanes (pipeline/lanes.py) that share the engine's passes: up to
+``batch_size`` lanes at once, from several files, or from stretches of one long file. A file
+is cut into ``lanes_for_file`` stretches, in proportion to its share of the audio still to do:
+one (Whisper's fully conditioned decode) when the other files fill the batch, more for a file
+that would otherwise hold up the end of the batch alone.
+
 A bad file costs exactly one line on stderr (``specscribe: error: FILE: REASON``), leaves no
 output behind, and the batch goes on; the caller exits non-zero at the end. A model that cannot
 load stops the batch (ModelError, one line from the CLI). With ``workers > 1`` the file list is
@@ -9,6 +15,7 @@ split over that many processes, each loading its own model with cores // workers
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import os
 import queue as queue_mod
@@ -16,17 +23,19 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import Iterator, Sequence, TextIO
 
 from specscribe.models.engines import EngineOptions, Transcriber
 from specscribe.models.errors import ModelError
 from specscribe.pipeline.audio import SAMPLE_RATE, AudioError, load_audio
-from specscribe.pipeline.longform import LongformOptions, Transcript, transcribe_audio
+from specscribe.pipeline.lanes import Lane, LaneRunner
+from specscribe.pipeline.longform import LongformOptions, Transcript, lane_program, merge_lanes, plan_file, split_lanes
 from specscribe.pipeline.progress import BatchProgress
 from specscribe.pipeline.writers import WriterOptions, output_paths, write_outputs
 
 log = logging.getLogger(__name__)
 
+DEFAULT_BATCH_SIZE = 8  # scripts/bench_batch.py "batch_sizes" (docs/benchmarks.md)
 MEDIA_EXTENSIONS = frozenset(
     "wav flac mp3 m4a aac ogg oga opus wma aif aiff alac amr au caf mka webm "
     "mp4 m4v mkv mov avi mpg mpeg ts mts 3gp flv wmv".split()
@@ -63,6 +72,8 @@ class BatchOptions:
         skip_existing: skip inputs whose outputs all exist.
         workers: processes, each with its own model.
         quiet: no progress bars, no summary.
+        batch_size: decodes that share each target pass (lanes in flight); 1 decodes one window
+            at a time, in order, as Whisper does.
     """
 
     engine: EngineOptions = field(default_factory=EngineOptions)
@@ -73,6 +84,7 @@ class BatchOptions:
     skip_existing: bool = False
     workers: int = 1
     quiet: bool = False
+    batch_size: int = DEFAULT_BATCH_SIZE
 
 
 @dataclass(frozen=True)
@@ -141,20 +153,93 @@ def probe_duration(item: InputItem) -> float:
         return 0.0
 
 
-def transcribe_item(
-    transcriber: Transcriber, item: InputItem, options: BatchOptions, progress: BatchProgress | None = None
-) -> Transcript:
-    """Load, transcribe and write one input. Raises AudioError (or anything) before writing a byte."""
-    audio = load_audio(item.data if item.path is None else item.path)
-    duration = len(audio) / SAMPLE_RATE
-    if progress is not None:
-        progress.start_file(item.display, duration)
-    transcript = transcribe_audio(
-        transcriber, audio, options.longform, path=item.display,
-        on_progress=progress.advance_file if progress is not None else None,
-    )
-    write_outputs(transcript, options.output_dir / item.stem, options.formats, options.writer)
-    return transcript
+def lanes_for_file(batch_size: int, seconds: float, seconds_left: float) -> int:
+    """Stretches to cut a file of ``seconds`` into, when ``seconds_left`` of audio (this file's
+    included) remain: its share of the batch, at least one. The last file gets the whole batch."""
+    if seconds <= 0 or seconds_left <= 0:
+        return 1
+    return max(1, min(batch_size, math.ceil(batch_size * seconds / seconds_left - 1e-9)))
+
+
+class _FileRun:
+    """Items -> lanes -> transcripts -> outputs, over one transcriber (one process)."""
+
+    def __init__(self, transcriber: Transcriber, options: BatchOptions, progress: BatchProgress | None, report):
+        self.transcriber, self.options, self.progress = transcriber, options, progress
+        self.report = report  # report(item, transcript or None, reason)
+        self.runner = LaneRunner(transcriber.decode_loop(), max(1, options.batch_size))
+        self._files: dict[int, dict] = {}
+
+    def run(self, items: Sequence[InputItem], durations: Sequence[float]) -> None:
+        """durations: each item's probed seconds (0 if unknown), for the lane layout."""
+        self.runner.run(self._lanes(items, durations), self._lane_done, self._lane_failed)
+
+    def _lanes(self, items: Sequence[InputItem], durations: Sequence[float]) -> Iterator[tuple[tuple[int, int], Lane]]:
+        longform = self.options.longform
+        for n, item in enumerate(items):
+            started = time.perf_counter()
+            try:
+                audio = load_audio(item.data if item.path is None else item.path)
+                duration = len(audio) / SAMPLE_RATE
+                if self.progress is not None:
+                    self.progress.start_file(n, item.display, duration)
+                plan = plan_file(self.transcriber, audio, longform)
+            except ModelError:
+                raise
+            except Exception as exc:  # one line for this file, then the next
+                self._fail(n, item, exc)
+                continue
+            left = duration + sum(durations[n + 1 :])
+            stretches = split_lanes(plan.windows, lanes_for_file(self.options.batch_size, duration, left))
+            job = {"item": item, "audio": audio, "plan": plan, "outputs": {}, "lanes": len(stretches), "started": started}
+            self._files[n] = job
+            if not stretches:  # no speech at all
+                self._finish(n)
+                continue
+            advance = (lambda s, n=n: self.progress.advance_file(n, s)) if self.progress is not None else None
+            for i, windows in enumerate(stretches):
+                if n not in self._files:  # an earlier lane of this file failed
+                    break
+                yield (n, i), lane_program(self.transcriber, audio, plan, windows, longform, advance)
+
+    def _lane_done(self, key: tuple[int, int], output) -> None:
+        job = self._files.get(key[0])
+        if job is None:
+            return
+        job["outputs"][key[1]] = output
+        if len(job["outputs"]) == job["lanes"]:
+            self._finish(key[0])
+
+    def _lane_failed(self, key: tuple[int, int], exc: BaseException) -> None:
+        job = self._files.get(key[0])
+        if job is not None:
+            self._fail(key[0], job["item"], exc)
+
+    def _finish(self, n: int) -> None:
+        job = self._files.pop(n)
+        item, audio = job["item"], job["audio"]
+        duration = len(audio) / SAMPLE_RATE
+        outputs = [job["outputs"][i] for i in range(job["lanes"])]
+        try:
+            transcript = merge_lanes(job["plan"], outputs, self.options.longform, item.display, duration,
+                                     time.perf_counter() - job["started"])
+            write_outputs(transcript, self.options.output_dir / item.stem, self.options.formats, self.options.writer)
+        except Exception as exc:
+            self._files[n] = job
+            self._fail(n, item, exc)
+            return
+        if self.progress is not None:
+            self.progress.finish_file(n, duration)
+        self.report(item, transcript, "")
+
+    def _fail(self, n: int, item: InputItem, exc: BaseException) -> None:
+        log.debug("failed on %s", item.display, exc_info=exc)
+        job = self._files.pop(n, None)
+        for i in range(job["lanes"] if job else 0):
+            self.runner.cancel((n, i))
+        if self.progress is not None:
+            self.progress.finish_file(n)
+        self.report(item, None, _reason(exc))
 
 
 def _reason(exc: BaseException) -> str:
@@ -182,12 +267,11 @@ def run_batch(items: Sequence[InputItem], options: BatchOptions, err: TextIO | N
     if not todo:
         return BatchReport(skipped=skipped, wall_seconds=time.perf_counter() - started)
     workers = max(1, min(options.workers, len(todo)))
-    progress = BatchProgress(
-        sum(probe_duration(it) for it in todo), len(todo), BatchProgress.wanted(options.quiet, err), err
-    )
+    durations = [probe_duration(it) for it in todo]
+    progress = BatchProgress(sum(durations), len(todo), BatchProgress.wanted(options.quiet, err), err)
     try:
         if workers == 1:
-            done, failed, audio = _run_here(todo, options, err, progress)
+            done, failed, audio = _run_here(todo, durations, options, err, progress)
         else:
             done, failed, audio = _run_workers(todo, options, workers, err, progress)
     finally:
@@ -199,27 +283,24 @@ def _error_line(err: TextIO, display: str, reason: str) -> None:
     print(f"specscribe: error: {display}: {reason}", file=err, flush=True)
 
 
-def _run_here(items: Sequence[InputItem], options: BatchOptions, err: TextIO, progress: BatchProgress):
+def _run_here(
+    items: Sequence[InputItem], durations: Sequence[float], options: BatchOptions, err: TextIO, progress: BatchProgress
+):
     from specscribe.models.engines import load_transcriber
 
     transcriber = load_transcriber(options.engine)
-    done = failed = 0
-    audio = 0.0
-    for item in items:
-        try:
-            transcript = transcribe_item(transcriber, item, options, progress)
-        except ModelError:
-            raise
-        except Exception as exc:  # one line per bad file, then the next file
-            log.debug("failed on %s", item.display, exc_info=True)
-            progress.finish_file()
-            _error_line(err, item.display, _reason(exc))
-            failed += 1
-            continue
-        progress.finish_file(transcript.duration)
-        audio += transcript.duration
-        done += 1
-    return done, failed, audio
+    counts = {"done": 0, "failed": 0, "audio": 0.0}
+
+    def report(item: InputItem, transcript: Transcript | None, reason: str) -> None:
+        if transcript is None:
+            _error_line(err, item.display, reason)
+            counts["failed"] += 1
+        else:
+            counts["done"] += 1
+            counts["audio"] += transcript.duration
+
+    _FileRun(transcriber, options, progress, report).run(items, durations)
+    return counts["done"], counts["failed"], counts["audio"]
 
 
 # --- several processes ------------------------------------------------------------------------
@@ -244,13 +325,17 @@ def _worker(items: list[InputItem], options: BatchOptions, events) -> None:
     except ModelError as exc:
         events.put(("fatal", "", str(exc), 0.0))
         return
-    for item in items:
-        try:
-            transcript = transcribe_item(transcriber, item, options)
-        except Exception as exc:
-            events.put(("error", item.display, _reason(exc), 0.0))
+    def report(item: InputItem, transcript: Transcript | None, reason: str) -> None:
+        if transcript is None:
+            events.put(("error", item.display, reason, 0.0))
         else:
             events.put(("done", item.display, "", transcript.duration))
+
+    try:
+        _FileRun(transcriber, options, None, report).run(items, [probe_duration(it) for it in items])
+    except ModelError as exc:
+        events.put(("fatal", "", str(exc), 0.0))
+        return
     events.put(("exit", "", "", 0.0))
 
 
@@ -282,12 +367,12 @@ def _run_workers(items: Sequence[InputItem], options: BatchOptions, n: int, err:
                 fatal = reason
             elif kind == "error":
                 failed += 1
-                progress.finish_file()
+                progress.finish_file(display)
                 _error_line(err, display, reason)
             else:
                 done += 1
                 audio += seconds
-                progress.finish_file(seconds)
+                progress.finish_file(display, seconds)
     finally:
         for p in procs:
             p.join(timeout=5)

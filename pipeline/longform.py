@@ -12,6 +12,11 @@ Guards, as in openai/whisper and faster-whisper:
   that needed a temperature above 0.5, which breaks repetition loops;
 - timestamps: window-relative times + the window's offset, clamped into the window, and made
   monotonic (never going backwards) across segments, words and windows.
+
+Lanes (pipeline/lanes.py): a file's windows can be cut into consecutive stretches, each decoded
+in order and conditioned on its own previous text (``lane_program``); the lanes of a file, and
+of many files, run at once and share the engine's passes. With one lane per file this is
+Whisper's sequential decode; with more, conditioning restarts at each stretch (N - 1 seams).
 """
 
 from __future__ import annotations
@@ -19,142 +24,21 @@ from __future__ import annotations
 import collections
 import time
 import zlib
-from dataclasses import dataclass, field, replace
-from typing import Callable, Literal, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Generator, Sequence
 
 import numpy as np
 
 from specscribe.models.engines import Transcriber
 from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, Task, WindowResult, Word
 from specscribe.pipeline.audio import SAMPLE_RATE
+from specscribe.pipeline.lanes import DecodeCall, LaneRunner
+from specscribe.pipeline.transcript import LongformOptions, TaskChoice, Timing, Transcript, WindowInfo
 from specscribe.pipeline.windows import SpeechDetector, Window, plan_windows, silero_speech
 
-TaskChoice = Literal["transcribe", "translate", "both"]
+__all__ = ["LongformOptions", "TaskChoice", "Timing", "Transcript", "WindowInfo", "transcribe_audio"]
+
 ProgressFn = Callable[[float], None]  # seconds of the file done so far
-
-
-@dataclass(frozen=True)
-class LongformOptions:
-    """How to decode a long recording.
-
-    Attributes:
-        language: ISO code, or None to detect it once per file on the first speech window.
-        task: "transcribe", "translate" (to English) or "both" (one encoding, two decodes).
-        word_timestamps: align words (one extra pass per window and task).
-        temperatures: fallback schedule; the first is used unless a guard fails.
-        compression_ratio_threshold: gzip ratio above which a decode counts as repetitive.
-        logprob_threshold: avg_logprob below which a decode counts as failed.
-        no_speech_threshold: no_speech_prob above which (with a low avg_logprob) a window is silence.
-        condition_on_previous_text: prompt each window with the previous windows' text.
-        prompt_reset_on_temperature: reset the prompt after a decode at a temperature above this.
-        initial_prompt: text placed before the first window's prompt.
-        max_window: seconds per window (Whisper: 30).
-        max_gap: seconds of silence still kept inside one window.
-        seed: base seed for sampling at temperature > 0 (per window + attempt), for reproducibility.
-        min_remainder_speech: seconds of VAD speech left after a decode's last segment that make
-            the rest of the window decode again (Whisper stopped early).
-    """
-
-    language: str | None = None
-    task: TaskChoice = "transcribe"
-    word_timestamps: bool = False
-    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    compression_ratio_threshold: float = 2.4
-    logprob_threshold: float = -1.0
-    no_speech_threshold: float = 0.6
-    condition_on_previous_text: bool = True
-    prompt_reset_on_temperature: float = 0.5
-    initial_prompt: str | None = None
-    max_window: float = 30.0
-    max_gap: float = 4.0
-    seed: int = 0
-    min_remainder_speech: float = 3.0
-
-
-@dataclass(frozen=True)
-class WindowInfo:
-    """What happened to one window and one task.
-
-    Attributes:
-        index: window number in the file.
-        start, end: absolute seconds of the window.
-        task: "transcribe" or "translate".
-        temperature: temperature of the kept decode.
-        attempts: decodes run (1 + fallbacks).
-        skipped: the window was judged silence (no segments kept).
-        avg_logprob, no_speech_prob, compression_ratio: of the kept decode.
-        stats: SpecStats summed over all its decodes.
-    """
-
-    index: int
-    start: float
-    end: float
-    task: Task
-    temperature: float
-    attempts: int
-    skipped: bool
-    avg_logprob: float
-    no_speech_prob: float
-    compression_ratio: float
-    stats: SpecStats
-
-    def to_dict(self) -> dict:
-        return {
-            "index": self.index, "start": round(self.start, 3), "end": round(self.end, 3),
-            "task": self.task, "temperature": self.temperature, "attempts": self.attempts,
-            "skipped": self.skipped, "avg_logprob": round(self.avg_logprob, 4),
-            "no_speech_prob": round(self.no_speech_prob, 4),
-            "compression_ratio": round(self.compression_ratio, 3), "stats": self.stats.to_dict(),
-        }
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Wall seconds spent per stage for one file.
-
-    Attributes:
-        vad, encode, decode, align: stage totals.
-        total: the whole transcribe_audio call.
-    """
-
-    vad: float = 0.0
-    encode: float = 0.0
-    decode: float = 0.0
-    align: float = 0.0
-    total: float = 0.0
-
-
-@dataclass(frozen=True)
-class Transcript:
-    """The result for one file.
-
-    Attributes:
-        path: the input as given ("-" for stdin).
-        language: language used (given or detected); None when the file had no speech.
-        language_probability: detection probability (1.0 when given).
-        duration: seconds of audio.
-        segments: absolute-time segments of the main task (the translation when task=translate).
-        translation: English segments when task="both", else None.
-        stats: SpecStats summed over every decode of the file.
-        windows: per-window, per-task breakdown.
-        timing: wall time per stage.
-        task: the task asked for.
-    """
-
-    path: str
-    language: str | None
-    language_probability: float
-    duration: float
-    segments: tuple[Segment, ...]
-    translation: tuple[Segment, ...] | None = None
-    stats: SpecStats = field(default_factory=SpecStats)
-    windows: tuple[WindowInfo, ...] = ()
-    timing: Timing = field(default_factory=Timing)
-    task: TaskChoice = "transcribe"
-
-    @property
-    def text(self) -> str:
-        return "".join(s.text for s in self.segments).strip()
 
 
 def compression_ratio(text: str) -> float:
@@ -172,15 +56,16 @@ class _Kept:
     ratio: float
 
 
-def decode_with_fallback(
-    transcriber: Transcriber, encoded: EncodedAudio, request: DecodeRequest, options: LongformOptions, seed: int
-) -> _Kept:
-    """Decode at rising temperatures until the compression and log-prob guards pass."""
+def fallback_program(
+    encoded: EncodedAudio, request: DecodeRequest, options: LongformOptions, seed: int
+) -> Generator[DecodeCall, WindowResult, _Kept]:
+    """Decode at rising temperatures until the compression and log-prob guards pass (a lane's
+    sub-program: each decode is yielded to the lane's runner)."""
     tried: list[tuple[WindowResult, float]] = []
     stats = SpecStats()
     for i, temperature in enumerate(options.temperatures):
         req = replace(request, temperature=temperature, seed=seed + i if temperature > 0 else None)
-        result = transcriber.decode(encoded, req)
+        result = yield DecodeCall(encoded, req)
         stats = stats + result.stats
         ratio = compression_ratio(result.text.strip())
         tried.append((result, ratio))
@@ -240,55 +125,110 @@ def _remainder(
     return Window(cut, window.end, remainder=True)
 
 
-def transcribe_audio(
-    transcriber: Transcriber,
-    audio: np.ndarray,
-    options: LongformOptions = LongformOptions(),
-    *,
-    path: str = "",
-    detect_speech: SpeechDetector | None = None,
-    on_progress: ProgressFn | None = None,
-) -> Transcript:
-    """Transcribe float32 mono 16 kHz audio of any length. See the module docstring."""
+@dataclass(frozen=True)
+class FilePlan:
+    """A recording cut into windows, its language known, ready for its lanes.
+
+    Attributes:
+        chunks: VAD speech spans (samples).
+        windows: decode windows in time order.
+        language, language_probability: given, or detected once on the first window.
+        first: the encoding of windows[0] made for detection (its lane reuses it), or None.
+        vad, encode: seconds spent on VAD and on that first encoding.
+    """
+
+    chunks: tuple[tuple[int, int], ...]
+    windows: tuple[Window, ...]
+    language: str | None
+    language_probability: float
+    first: EncodedAudio | None = None
+    vad: float = 0.0
+    encode: float = 0.0
+
+
+def plan_file(
+    transcriber: Transcriber, audio: np.ndarray, options: LongformOptions, detect_speech: SpeechDetector | None = None
+) -> FilePlan:
+    """VAD, windows, and the language (detected once per file on the first speech window)."""
     t0 = time.perf_counter()
     detect_speech = detect_speech or silero_speech(max_chunk=options.max_window)
-    duration = len(audio) / SAMPLE_RATE
-    chunks = detect_speech(audio)
-    windows = plan_windows(chunks, len(audio), options.max_window, options.max_gap)
+    chunks = tuple(detect_speech(audio))
+    windows = tuple(plan_windows(chunks, len(audio), options.max_window, options.max_gap))
     t_vad = time.perf_counter() - t0
+    language, probability, first, t_enc = options.language, 1.0, None, 0.0
+    if language is None and windows:
+        t1 = time.perf_counter()
+        first = transcriber.encode(audio[windows[0].start : windows[0].end])
+        t_enc = time.perf_counter() - t1
+        language, probability = transcriber.detect_language(first)
+    return FilePlan(chunks, windows, language, probability, first, t_vad, t_enc)
+
+
+def split_lanes(windows: Sequence[Window], lanes: int) -> list[tuple[Window, ...]]:
+    """Consecutive windows cut into at most ``lanes`` stretches of nearly equal count."""
+    n = max(1, min(lanes, len(windows)))
+    size, extra = divmod(len(windows), n)
+    out, i = [], 0
+    for k in range(n):
+        j = i + size + (1 if k < extra else 0)
+        if j > i:
+            out.append(tuple(windows[i:j]))
+        i = j
+    return out
+
+
+@dataclass(frozen=True)
+class LaneOutput:
+    """What one lane produced. Attributes: segments per task (absolute times), windows, stats,
+    encode and align seconds."""
+
+    segments: dict
+    windows: tuple[WindowInfo, ...]
+    stats: SpecStats
+    encode: float
+    align: float
+
+
+def lane_program(
+    transcriber: Transcriber,
+    audio: np.ndarray,
+    plan: FilePlan,
+    windows: Sequence[Window],
+    options: LongformOptions,
+    on_window: Callable[[float], None] | None = None,
+) -> Generator[DecodeCall, WindowResult, LaneOutput]:
+    """Decode ``windows`` (a stretch of plan.windows) in order, each conditioned on the lane's
+    previous text; a window that Whisper ended early has its rest decoded again right after it.
+    on_window(seconds): the audio seconds a finished window covered (for progress)."""
     tasks: tuple[Task, ...] = ("transcribe", "translate") if options.task == "both" else (options.task,)
     main_task: Task = "translate" if options.task == "translate" else "transcribe"
-
-    language, language_probability = options.language, 1.0
     history: dict[Task, list[int]] = {task: [] for task in tasks}
-    if options.initial_prompt:
+    if options.initial_prompt:  # every lane starts from the initial prompt
         for task in tasks:
             history[task] = list(transcriber.encode_text(" " + options.initial_prompt.strip()))
     reset_at: dict[Task, int] = {task: 0 for task in tasks}
-    floors: dict[Task, float] = {task: 0.0 for task in tasks}
+    floors: dict[Task, float] = {task: windows[0].offset if windows else 0.0 for task in tasks}
     out: dict[Task, list[Segment]] = {task: [] for task in tasks}
     infos: list[WindowInfo] = []
     stats = SpecStats()
-    t_enc = t_dec = t_align = 0.0
-
-    queue = collections.deque(windows)
-    index = -1
+    t_enc = t_align = 0.0
+    first_index = plan.windows.index(windows[0]) if windows else 0
+    queue = collections.deque((first_index + i, 0, w) for i, w in enumerate(windows))
     while queue:
-        window = queue.popleft()
-        index += 1
-        ts = time.perf_counter()
-        encoded = transcriber.encode(audio[window.start : window.end])
-        t_enc += time.perf_counter() - ts
-        if language is None:
-            language, language_probability = transcriber.detect_language(encoded)
+        index, depth, window = queue.popleft()
+        if index == 0 and depth == 0 and plan.first is not None:
+            encoded = plan.first
+        else:
+            ts = time.perf_counter()
+            encoded = transcriber.encode(audio[window.start : window.end])
+            t_enc += time.perf_counter() - ts
         for task in tasks:
             prompt: tuple[int, ...] = ()
-            if options.condition_on_previous_text or index == 0:
+            if options.condition_on_previous_text or (index, depth) == (first_index, 0):
                 prompt = tuple(history[task][reset_at[task] :][-223:])  # 448 // 2 - 1, like Whisper
-            request = DecodeRequest(task=task, language=language, prompt_tokens=prompt)
-            ts = time.perf_counter()
-            kept = decode_with_fallback(transcriber, encoded, request, options, options.seed + 1000 * index)
-            t_dec += time.perf_counter() - ts
+            request = DecodeRequest(task=task, language=plan.language, prompt_tokens=prompt)
+            seed = options.seed + 1000 * index + 100 * depth
+            kept = yield from fallback_program(encoded, request, options, seed)
             stats = stats + kept.stats
             result = kept.result
             skipped = (
@@ -314,24 +254,78 @@ def transcribe_audio(
             if kept.temperature > options.prompt_reset_on_temperature:
                 reset_at[task] = len(history[task])
             if task == main_task:
-                rest = _remainder(window, result.segments[-1].end, chunks, options.min_remainder_speech)
+                rest = _remainder(window, result.segments[-1].end, plan.chunks, options.min_remainder_speech)
                 if rest is not None:
-                    queue.appendleft(rest)
-        if on_progress is not None:
-            on_progress(window.offset + window.duration)
-    if on_progress is not None:
-        on_progress(duration)
+                    queue.appendleft((index, depth + 1, rest))
+        if on_window is not None and depth == 0:
+            on_window(window.duration)
+    return LaneOutput({t: tuple(v) for t, v in out.items()}, tuple(infos), stats, t_enc, t_align)
 
-    timing = Timing(t_vad, t_enc, t_dec, t_align, time.perf_counter() - t0)
+
+def merge_lanes(
+    plan: FilePlan, outputs: Sequence[LaneOutput], options: LongformOptions, path: str, duration: float, total: float
+) -> Transcript:
+    """The lanes of one file (in time order) as its Transcript. total: the file's wall seconds."""
+    main_task: Task = "translate" if options.task == "translate" else "transcribe"
+    segments: dict[Task, list[Segment]] = {}
+    stats = SpecStats()
+    for lane in outputs:
+        for task, segs in lane.segments.items():
+            segments.setdefault(task, []).extend(segs)
+        stats = stats + lane.stats
+    encode = plan.encode + sum(o.encode for o in outputs)
+    align = sum(o.align for o in outputs)
+    timing = Timing(plan.vad, encode, max(0.0, total - plan.vad - encode - align), align, total)
     return Transcript(
         path=path,
-        language=language,
-        language_probability=language_probability if language else 0.0,
+        language=plan.language if plan.windows else None,
+        language_probability=plan.language_probability if plan.windows and plan.language else 0.0,
         duration=duration,
-        segments=tuple(out[main_task]),
-        translation=tuple(out["translate"]) if options.task == "both" else None,
+        segments=tuple(segments.get(main_task, ())),
+        translation=tuple(segments.get("translate", ())) if options.task == "both" else None,
         stats=stats,
-        windows=tuple(infos),
+        windows=tuple(sorted((i for o in outputs for i in o.windows), key=lambda i: (i.start, i.task))),
         timing=timing,
         task=options.task,
     )
+
+
+def transcribe_audio(
+    transcriber: Transcriber,
+    audio: np.ndarray,
+    options: LongformOptions = LongformOptions(),
+    *,
+    path: str = "",
+    detect_speech: SpeechDetector | None = None,
+    on_progress: ProgressFn | None = None,
+    lanes: int = 1,
+    width: int | None = None,
+) -> Transcript:
+    """Transcribe float32 mono 16 kHz audio of any length. See the module docstring.
+
+    lanes: stretches the file is cut into, each conditioned on its own text (1: the whole file
+    in order, as Whisper does). width: lanes decoding at once (default: all of them); the text
+    depends on ``lanes`` only, never on ``width``.
+    """
+    t0 = time.perf_counter()
+    plan = plan_file(transcriber, audio, options, detect_speech)
+    duration = len(audio) / SAMPLE_RATE
+    done = [0.0]
+
+    def advance(seconds: float) -> None:
+        done[0] += seconds
+        if on_progress is not None:
+            on_progress(min(done[0], duration))
+
+    stretches = split_lanes(plan.windows, lanes)
+    outputs: dict[int, LaneOutput] = {}
+    errors: list[BaseException] = []
+    runner = LaneRunner(transcriber.decode_loop(), width or max(1, len(stretches)))
+    programs = ((i, lane_program(transcriber, audio, plan, w, options, advance)) for i, w in enumerate(stretches))
+    runner.run(iter(programs), outputs.__setitem__, lambda key, exc: errors.append(exc))
+    if errors:
+        raise errors[0]
+    if on_progress is not None:
+        on_progress(duration)
+    ordered = [outputs[i] for i in range(len(stretches))]
+    return merge_lanes(plan, ordered, options, path, duration, time.perf_counter() - t0)

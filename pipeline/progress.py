@@ -1,14 +1,16 @@
-"""Progress bars for batch transcription: one for the batch, one for the current file.
+"""Progress bars for batch transcription: one for the batch, one for each file in progress.
 
-Both count seconds of audio and show speed as × real time and an ETA. They go to stderr and
-are off when stderr is not a terminal or with --quiet (then every method is a no-op).
+Several files can be in progress at once (their lanes share the engine's passes), each with its
+own bar under the batch bar. Bars count seconds of audio and show speed as × real time and an
+ETA. They go to stderr and are off when stderr is not a terminal or with --quiet (then every
+method only keeps the counts).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Hashable, TextIO
 
 
 class BatchProgress:
@@ -21,8 +23,8 @@ class BatchProgress:
         self.files_done = 0
         self.audio_done = 0.0
         self.started = time.perf_counter()
-        self._batch = self._file = None
-        self._file_pos = 0.0
+        self._batch = None
+        self._files: dict[Hashable, list] = {}  # key -> [seconds counted, bar or None, slot]
         if enabled:
             from tqdm import tqdm
 
@@ -38,33 +40,35 @@ class BatchProgress:
         stream = stream or sys.stderr
         return not quiet and hasattr(stream, "isatty") and stream.isatty()
 
-    def start_file(self, name: str, duration: float) -> None:
-        self._file_pos = 0.0
-        if not self.enabled:
-            return
-        self._file = self._tqdm(
-            total=round(duration, 1), unit="s", desc=name[-40:], file=self.stream, position=1, leave=False,
-            dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]",
-        )
-
-    def advance_file(self, seconds_done: float) -> None:
-        """seconds_done: position reached in the current file."""
-        step = max(0.0, seconds_done - self._file_pos)
-        self._file_pos = max(self._file_pos, seconds_done)
-        if self.enabled and self._file is not None and step:
-            self._file.update(round(step, 2))
-        self._advance_batch(step)
-
-    def finish_file(self, duration: float = 0.0) -> None:
-        """A file ended (done, failed or skipped); duration: its audio seconds not yet counted."""
-        self.files_done += 1
-        if duration > self._file_pos:
-            self._advance_batch(duration - self._file_pos)
-        self._file_pos = 0.0
+    def start_file(self, key: Hashable, name: str, duration: float) -> None:
+        bar, slot = None, min(set(range(1, len(self._files) + 2)) - {f[2] for f in self._files.values()})
         if self.enabled:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            bar = self._tqdm(
+                total=round(duration, 1), unit="s", desc=name[-40:], file=self.stream, position=slot, leave=False,
+                dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]",
+            )
+        self._files[key] = [0.0, bar, slot]
+
+    def advance_file(self, key: Hashable, seconds: float) -> None:
+        """seconds more of the file's audio are done."""
+        entry = self._files.get(key)
+        if entry is None or seconds <= 0:
+            return
+        entry[0] += seconds
+        if entry[1] is not None:
+            entry[1].update(round(seconds, 2))
+        self._advance_batch(seconds)
+
+    def finish_file(self, key: Hashable | None = None, duration: float = 0.0) -> None:
+        """A file ended (done, failed or skipped); duration: its audio seconds, of which what
+        advance_file did not count yet is counted now."""
+        self.files_done += 1
+        counted, bar, _ = self._files.pop(key, [0.0, None, 0])
+        if duration > counted:
+            self._advance_batch(duration - counted)
+        if bar is not None:
+            bar.close()
+        if self.enabled:
             self._batch.set_description_str(f"batch {self.files_done}/{self.n_files}")
 
     def _advance_batch(self, step: float) -> None:
@@ -75,7 +79,9 @@ class BatchProgress:
             self._batch.set_postfix_str(f"{self.audio_done / wall:.1f}x real time" if wall > 0 else "")
 
     def close(self) -> None:
+        for _, bar, _ in self._files.values():
+            if bar is not None:
+                bar.close()
+        self._files.clear()
         if self.enabled:
-            if self._file is not None:
-                self._file.close()
             self._batch.close()

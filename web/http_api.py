@@ -67,6 +67,11 @@ class _ScheduledTranscriber:
     def decode_tokens(self, tokens: Sequence[int]):
         return self._call("decode_tokens", tokens)
 
+    def decode_loop(self):
+        from specscribe.models.engines import SequentialDecodeLoop
+
+        return SequentialDecodeLoop(self)  # each decode one job on the scheduler
+
 
 class RestApi:
     """The REST routes of one server. `scheduler` is set by the app's lifespan."""

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from specscribe.commands.engine_args import add_engine_args, engine_options
 
+DEFAULT_BATCH_SIZE = 8  # = pipeline.batch.DEFAULT_BATCH_SIZE (not imported here: the parser stays light)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -34,6 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--window-stats", action="store_true", help="per-window statistics in the json")
     r = p.add_argument_group("run")
     r.add_argument("--skip-existing", action="store_true", help="skip inputs whose outputs all exist (resume)")
+    r.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help="windows decoded together, sharing each model pass: across files, and across "
+                   "stretches of a long file (each conditioned on its own text); 1 = one window at a time, "
+                   "in order (default: %d)" % DEFAULT_BATCH_SIZE)
     r.add_argument("--workers", type=int, default=1, help="processes, each with its own model")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
     p.set_defaults(func=run)
@@ -53,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
         formats = parse_formats(args.output_format)
     except ValueError as exc:
         return _fail(str(exc))
-    if args.workers < 1 or args.max_line_width < 1 or args.max_line_count < 0 or args.threads < 0:
-        return _fail("--workers and --max-line-width must be >= 1; --max-line-count and --threads >= 0")
+    batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+    if args.workers < 1 or args.max_line_width < 1 or batch_size < 1 or args.max_line_count < 0 or args.threads < 0:
+        return _fail("--workers, --batch-size and --max-line-width must be >= 1; --max-line-count and --threads >= 0")
     language = None if args.language in ("auto", "", None) else args.language.lower()
     if language is not None:
         from faster_whisper.tokenizer import _LANGUAGE_CODES  # Whisper's 100 codes
@@ -82,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         skip_existing=args.skip_existing,
         workers=args.workers,
         quiet=args.quiet,
+        batch_size=batch_size,
     )
     report = run_batch(items, options)  # ModelError propagates: the CLI prints one line, exit 1
     if not args.quiet:

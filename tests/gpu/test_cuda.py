@@ -57,3 +57,36 @@ def test_jfk_text_and_short_window_on_cuda(engines, clips_dir):
     assert encoded.handle.shape[1] == 800  # 16 s of encoder input: 800 positions, not 1500
     text = engine.decode(encoded, DecodeRequest(language="en")).text
     assert jiwer.wer(normalize(JFK_TEXT), normalize(text)) < 0.1
+
+
+@pytest.mark.parametrize("compute_type", ["float16", "bfloat16"])
+def test_rows_are_batch_invariant_on_cuda(base_model_dir, clips_dir, compute_type):
+    """A sequence alone equals the same sequence among 7 random companions in one pass, bit for bit
+    (tests/integration/test_row_invariance.py on the GPU), and batched decodes equal lone ones."""
+    import random
+
+    import torch
+
+    from specscribe.clips import evaluation_windows
+    from specscribe.models.engines import EngineOptions
+    from specscribe.models.spec_engine import SpecEngine
+    from specscribe.models.whisper import PassPart
+
+    engine = SpecEngine(base_model_dir, EngineOptions(model="base", device="cuda", compute_type=compute_type, draft="none"))
+    clips = evaluation_windows(clips_dir)
+    encoded = [engine.encode(clips[n]) for n in ("jfk", "0870", "multilingual-de")]
+    tok, rng = engine.tokenizer, random.Random(0)
+    prompt = tok.sot_sequence("transcribe", "en")
+    text = list(tok.encode(" And so my fellow Americans, ask not what your country can do for you"))
+    alone = engine.session(encoded[0])
+    want = [alone.forward(prompt)[-1]] + [alone.forward([t])[-1] for t in text]
+    main = engine.session(encoded[0])
+    parts = [PassPart(main, prompt + text, logits_from=len(prompt) - 1, prompt_rows=len(prompt))]
+    for i in range(7):
+        other = engine.session(encoded[1 + i % 2])
+        other.forward(prompt + [rng.randrange(tok.eot) for _ in range(rng.randint(0, 40))])
+        parts.append(PassPart(other, [rng.randrange(tok.eot) for _ in range(rng.randint(1, 6))]))
+    got = engine.model.decoder.run_pass(parts)[0].logits
+    assert all(torch.equal(got[i], row) for i, row in enumerate(want))
+    items = [(e, DecodeRequest(language="en")) for e in encoded]
+    assert [r.tokens for r in engine.decode_many(items)] == [engine.decode(e, r).tokens for e, r in items]

@@ -1,6 +1,8 @@
-"""Speculative decoding is lossless on real clips: in float32, for every drafter (a deliberately
-random one included), the tokens equal the target's own reference loop (models/decoding.generate),
-with and without timestamps, in the transcribe and translate tasks.
+"""Speculative decoding is lossless on real clips: at the compute type `auto` picks on this CPU
+(bfloat16 with AVX512-BF16/AMX, int8_float32 otherwise) and in float32, for every drafter (a
+deliberately random one included), the tokens equal the target's own reference loop
+(models/decoding.generate), with and without timestamps, in the transcribe and translate tasks.
+Exact tokens, not a tolerance: the target's passes are batch-invariant (models/invariant.py).
 
 The clips are the parity test's. Each clip is encoded once (plus once for the shorter prefix that
 feeds the previous-hypothesis drafter); every drafter then decodes the same encoder output.
@@ -18,12 +20,18 @@ CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", 
 COMBOS = [(task, ts) for task in ("transcribe", "translate") for ts in (True, False)]
 
 
-@pytest.fixture(scope="module")
-def engine(base_model_dir):
+def _compute_types() -> list[str]:
+    from specscribe.models.compute import resolve_compute_type
+
+    return sorted({"float32", resolve_compute_type("auto", "cpu")})
+
+
+@pytest.fixture(scope="module", params=_compute_types())
+def engine(base_model_dir, request):
     from specscribe.models.engines import EngineOptions
     from specscribe.models.spec_engine import SpecEngine
 
-    return SpecEngine(base_model_dir, EngineOptions(engine="spec", model="base", compute_type="float32", draft="auto"))
+    return SpecEngine(base_model_dir, EngineOptions(engine="spec", model="base", compute_type=request.param, draft="auto"))
 
 
 @pytest.fixture(scope="module")

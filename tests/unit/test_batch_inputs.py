@@ -70,3 +70,20 @@ def test_split_balances_by_size(tmp_path: Path):
 def test_summary_line():
     line = summary_line(BatchReport(done=2, failed=1, skipped=3, audio_seconds=60.0, wall_seconds=6.0))
     assert line == "specscribe: 2 transcribed, 1 failed, 3 skipped (outputs exist); 60.0 s of audio in 6.0 s (10.0x real time)"
+
+
+def test_lanes_for_file_fills_the_batch_and_keeps_whole_files_when_it_can():
+    from specscribe.pipeline.batch import lanes_for_file
+
+    assert lanes_for_file(8, 200, 200) == 8  # the last (or only) file: the whole batch
+    assert lanes_for_file(8, 200, 240) == 7  # a lecture before 40 s of short clips: most of the batch
+    assert lanes_for_file(8, 5, 240) == 1  # a short clip among long files: whole
+    assert lanes_for_file(8, 60, 480) == 1  # eight files of a minute: each whole (Whisper's own decode)
+    assert lanes_for_file(1, 200, 200) == 1 and lanes_for_file(8, 0, 0) == 1
+
+
+def test_the_cli_default_batch_size_is_the_pipelines():
+    from specscribe.commands.transcribe import DEFAULT_BATCH_SIZE as cli_default
+    from specscribe.pipeline.batch import DEFAULT_BATCH_SIZE, BatchOptions
+
+    assert cli_default == DEFAULT_BATCH_SIZE == BatchOptions().batch_size

@@ -27,49 +27,17 @@ def test_fast_bf16_flags():
     assert cpu_has_fast_bf16({"amx_bf16"}) and not cpu_has_fast_bf16({"avx2", "avx512f"})
 
 
-def test_few_row_linear_equals_linear_for_one_and_several_rows():
+def test_int8_quantizes_the_encoder_only():
     import torch
     from torch import nn
 
-    from specscribe.models.compute import FewRowLinear
-
-    torch.manual_seed(0)
-    for out in (16, 48, 9000):  # out < in (no transpose kept), a layer, a head-sized output
-        linear = nn.Linear(32, out, bias=out < 100)
-        fast = FewRowLinear.from_linear(linear)
-        for shape in ((1, 1, 32), (1, 5, 32), (3, 32), (70, 32)):  # one, several, many rows
-            x = torch.randn(*shape)
-            torch.testing.assert_close(fast(x), linear(x), atol=1e-5, rtol=1e-5)
-        assert fast.weight is linear.weight  # shared, so a tied head stays tied
-        assert (fast.weight_t is None) == (out < 32)
-    # several rows give each row what a one-row pass gives (what speculative verification needs)
-    x = torch.randn(6, 32)
-    rows = torch.cat([fast(x[i : i + 1]) for i in range(6)])
-    torch.testing.assert_close(fast(x), rows, atol=1e-5, rtol=1e-5)
-
-
-def test_speed_up_cpu_decoder_keeps_the_outputs_and_the_tied_head():
-    import copy
-
-    import torch
-    from torch import nn
-
-    from specscribe.models.compute import FewRowLinear, speed_up_cpu_decoder
+    from specscribe.models.compute import prepare_model
     from specscribe.models.weights import WhisperDims
     from specscribe.models.whisper import WhisperModel
 
-    torch.manual_seed(0)
     dims = WhisperDims(n_mels=8, n_audio_ctx=6, n_audio_state=16, n_audio_head=2, n_audio_layer=1,
-                       n_vocab=40, n_text_ctx=24, n_text_state=16, n_text_head=2, n_text_layer=2)  # fmt: skip
-    model = WhisperModel(dims).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.2)
-    plain = copy.deepcopy(model.decoder)
-    fast = speed_up_cpu_decoder(model.decoder)
-    assert isinstance(fast.proj, FewRowLinear) and fast.proj.weight is fast.token_embedding.weight
-    assert not any(type(m) is nn.Linear for m in fast.modules())
-    enc = torch.randn(1, 6, 16)
-    want = plain.session(enc).forward([1, 2, 3, 4])
-    got = fast.session(enc).forward([1, 2, 3, 4])
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+                       n_vocab=40, n_text_ctx=24, n_text_state=16, n_text_head=2, n_text_layer=1)  # fmt: skip
+    for compute_type in ("int8", "int8_float32"):
+        model = prepare_model(WhisperModel(dims).eval(), compute_type, "cpu")
+        assert not any(type(m) is nn.Linear for m in model.encoder.modules())  # quantized
+        assert all(p.dtype == torch.float32 for p in model.decoder.parameters())  # a row-independent decoder

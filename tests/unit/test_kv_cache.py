@@ -68,17 +68,20 @@ def test_cross_attention_scores(model_and_enc):
 
 def test_cache_limits():
     cache = KVCache(n_layers=1, n_heads=1, head_dim=2, max_len=4)
-    k = torch.ones(1, 1, 3, 2)
+    k = torch.ones(3, 1, 2)  # (T, H, Dh)
     keys, values = cache.write(0, k, 2 * k)
-    assert keys.shape == (1, 1, 3, 2)
+    assert keys.shape == (1, 1, 3, 2) and values[0, 0, 2].tolist() == [2.0, 2.0]
     cache.advance(3)
     with pytest.raises(ValueError, match="full"):
         cache.write(0, k, k)
     with pytest.raises(ValueError, match="crop"):
         cache.crop(5)
     cache.crop(1)
-    keys, _ = cache.write(0, torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2))
+    keys, _ = cache.write(0, torch.zeros(1, 1, 2), torch.zeros(1, 1, 2))
     assert keys.shape[2] == 2 and keys[0, 0, 1].sum() == 0 and keys[0, 0, 0].sum() == 2
+    full, _ = cache.write(0, torch.zeros(1, 1, 2), torch.zeros(1, 1, 2), full=True)
+    assert full.shape == (1, 1, 4, 2)  # the whole capacity, for a masked batch-invariant pass
+    assert torch.isfinite(KVCache(1, 1, 2, 4).keys[0]).all()  # never-written keys are finite (zeros)
 
 
 def test_context_overflow_is_an_error(model_and_enc):

@@ -101,6 +101,11 @@ class FakeTranscriber:
     def decode_tokens(self, tokens):
         return ""
 
+    def decode_loop(self):
+        from specscribe.models.engines import SequentialDecodeLoop
+
+        return SequentialDecodeLoop(self)
+
 
 def make_audio(spans, total):
     """Audio whose samples in span k hold the value k/100 (k = 1, 2, ...): the fake reads it back."""
@@ -240,3 +245,44 @@ def test_progress_reaches_duration():
     transcribe_audio(fake, make_audio([(0.0, 2.0)], 9.0), LongformOptions(), detect_speech=detector([(0.0, 2.0)]),
                      on_progress=seen.append)
     assert seen == sorted(seen) and seen[-1] == 9.0
+
+
+# --- lanes -----------------------------------------------------------------------------------------
+SIX = [(0.0, 3.0), (10.0, 13.0), (20.0, 23.0), (30.0, 33.0), (40.0, 43.0), (50.0, 53.0)]
+
+
+def test_lanes_restart_conditioning_at_each_stretch_and_keep_time_order():
+    fake = FakeTranscriber()
+    tr = transcribe_audio(fake, make_audio(SIX, 55.0), LongformOptions(), detect_speech=detector(SIX), lanes=3)
+    prompts = {handle: req.prompt_tokens for handle, req in fake.requests}
+    assert [prompts[h] == () for h in range(1, 7)] == [True, False, True, False, True, False]
+    assert [seg.start for seg in tr.segments] == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
+    assert [w.index for w in tr.windows] == [0, 1, 2, 3, 4, 5]
+    assert fake.detects == 1 and len(fake.encodes) == 6  # the detection's encoding is reused
+
+
+def test_lane_layout_decides_the_text_width_does_not():
+    runs = []
+    for width in (1, 2, 3):
+        fake = FakeTranscriber()
+        tr = transcribe_audio(fake, make_audio(SIX, 55.0), LongformOptions(), detect_speech=detector(SIX),
+                              lanes=3, width=width)
+        runs.append((tr.segments, sorted((h, r.prompt_tokens) for h, r in fake.requests)))
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_lanes_run_side_by_side():
+    fake = FakeTranscriber()
+    transcribe_audio(fake, make_audio(SIX, 55.0), LongformOptions(), detect_speech=detector(SIX), lanes=2, width=2)
+    order = [handle for handle, _ in fake.requests]
+    assert order[:2] == [1, 4]  # both lanes' first windows before either lane's second
+
+
+def test_a_failing_lane_fails_the_file():
+    class Broken(FakeTranscriber):
+        def align_words(self, encoded, result):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        transcribe_audio(Broken(), make_audio(SIX, 55.0), LongformOptions(word_timestamps=True),
+                         detect_speech=detector(SIX), lanes=2)

@@ -45,7 +45,7 @@ class TableSession:
     def length(self) -> int:
         return len(self.cache)
 
-    def forward(self, tokens: Sequence[int], logits_from: int = 0) -> torch.Tensor:
+    def forward(self, tokens: Sequence[int], logits_from: int = 0, prompt_rows: int | None = None) -> torch.Tensor:
         if len(self.cache) + len(tokens) > self.n_ctx:
             raise ValueError("beyond the context")
         self.forwards.append(list(tokens))
@@ -307,7 +307,7 @@ def _p_logits(last: int) -> torch.Tensor:
 
 
 class LogitSession(TableSession):
-    def forward(self, tokens, logits_from=0):
+    def forward(self, tokens, logits_from=0, prompt_rows=None):
         self.cache += list(tokens)
         return torch.stack([_p_logits(self.cache[i]) for i in range(len(self.cache) - len(tokens) + logits_from, len(self.cache))])
 

@@ -1,0 +1,98 @@
+"""Every scripts/bench_*.py still runs: each at its smallest settings, on the real model and clips,
+writes a JSON with machine info and positive timings. Adding a script is one BENCHES entry.
+
+Not a benchmark: the numbers are not checked against anything (the machine may be busy)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def _auto_compute_type() -> str:
+    from specscribe.models.compute import resolve_compute_type
+
+    return resolve_compute_type("auto", "cpu")
+
+
+# (script, its arguments besides --out): one entry per script, the smallest run that covers it all
+BENCHES = [
+    (
+        "bench_engines.py",
+        ["--repeat", "1", "--threads", "1", "--clips", "jfk", "--rows", "1,4", "--seqs", "1,2", "--batches", "1,2",
+         "--compute-types", _auto_compute_type()],
+    ),
+    ("bench_batch.py", ["--repeat", "1", "--no-physics", "--batch-sizes", "2"]),
+    ("bench_startup.py", ["--repeat", "1", "--cold", "0"]),
+]
+
+_outputs: dict[str, dict] = {}
+
+
+def run_bench(script: str, args: list[str], folder: Path) -> dict:
+    """The script's JSON (run once per session, then cached for the checks of its own test)."""
+    if script not in _outputs:
+        out = folder / (Path(script).stem + ".json")
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPTS / script), *args, "--out", str(out)],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+        assert proc.returncode == 0, f"{script} failed:\n{proc.stderr[-3000:]}"
+        _outputs[script] = json.loads(out.read_text())
+    return _outputs[script]
+
+
+def numbers(node) -> list[float]:
+    """Every number in a JSON tree (booleans left out)."""
+    if isinstance(node, dict):
+        return [x for v in node.values() for x in numbers(v)]
+    if isinstance(node, list):
+        return [x for v in node for x in numbers(v)]
+    return [node] if isinstance(node, (int, float)) and not isinstance(node, bool) else []
+
+
+@pytest.mark.parametrize("script, args", BENCHES, ids=[b[0] for b in BENCHES])
+def test_bench_script_runs_and_reports_its_machine(script, args, tmp_path_factory):
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    machine = report["machine"]
+    assert machine["cpu_model"] and machine["cores"] >= 1 and machine["compute_type"]
+    assert any(x > 0 for x in numbers(report))
+
+
+def test_bench_engines_sections(tmp_path_factory):
+    script, args = next(b for b in BENCHES if b[0] == "bench_engines.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    ct = _auto_compute_type()
+    assert report["machine"]["compute_types"] == [ct]
+
+    passes = report["pass_ms"]
+    assert passes["block_rows"][ct] >= 1
+    for table, sizes in (("by_rows", ("1", "4")), ("by_sequences", ("1", "2"))):
+        for mode in ("invariant", "plain"):
+            for n in sizes:
+                cell = passes[table][ct][mode][n]
+                assert 0 < cell["min"] <= cell["median"] and cell["n"] >= 1
+
+    throughput = report["throughput"]
+    assert isinstance(throughput["identical"], bool)  # recorded by the script; lossless is test_batch_decode's
+    for b in ("1", "2"):
+        for variant in ("drafts", "none"):
+            row = throughput["by_batch"][b][variant]
+            assert row["tokens"] > 0 and row["tokens_per_s"]["best"] > 0 and row["passes"] > 0
+            assert 0 < row["sequences_per_pass"] <= int(b) and row["rows_per_pass"] >= row["sequences_per_pass"]
+    assert throughput["by_batch"]["1"]["none"]["drafted"] == 0
+
+    engines = report["engines"]
+    jfk = engines["clips"]["jfk"]
+    assert jfk["spec_ms"]["median"] > 0 and jfk["ct2_ms"]["median"] > 0 and jfk["spec_tokens"] > 0
+    breakdown = jfk["spec_breakdown_ms"]
+    assert breakdown["n_steps"] > 0 and breakdown["ms_per_step"] > 0 and breakdown["prompt_passes"] > 0
+    assert breakdown["encoder"] > 0 and breakdown["language_detection"] > 0

@@ -1,0 +1,134 @@
+"""Batch invariance (models/invariant.py) on a small random Whisper decoder, bit for bit.
+
+The property the speculative loop and the batched engine rely on: a row's logits are the same
+bits whatever shares its pass (other sequences, its own drafted tokens, the row count), and a
+position gives the same bits as a one-token step or as row j of a verify block. The same checks
+run on the real model in tests/integration/test_row_invariance.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch import nn
+
+from specscribe.models.compute import PackedLinear, pack_decoder
+from specscribe.models.invariant import PassShape, RowBlocks, attend
+from specscribe.models.weights import WhisperDims
+from specscribe.models.whisper import PassPart, WhisperModel
+
+DIMS = WhisperDims(n_mels=8, n_audio_ctx=300, n_audio_state=512, n_audio_head=8, n_audio_layer=1,
+                   n_vocab=2000, n_text_ctx=96, n_text_state=512, n_text_head=8, n_text_layer=2)  # fmt: skip
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _decoder(dtype: torch.dtype, rows: int = 8, packed: bool = True):
+    torch.manual_seed(0)
+    model = WhisperModel(DIMS).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.05)
+    model = model.to(dtype)
+    model.decoder.pass_shape = PassShape(rows=rows, key_block=16)
+    if packed:
+        pack_decoder(model.decoder, rows)
+    encs = [torch.randn(1, DIMS.n_audio_ctx, DIMS.n_audio_state).to(dtype) for _ in range(4)]
+    return model.decoder, encs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("companions", [1, 7, 31])
+def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions):
+    decoder, encs = _decoder(dtype)
+    rng = random.Random(companions)
+    prompt, text = [1, 2, 3], [rng.randrange(DIMS.n_vocab) for _ in range(12)]
+    alone = decoder.session(encs[0])
+    want = [alone.forward(prompt)[-1]] + [alone.forward([t])[-1] for t in text]  # one token per pass
+    main = decoder.session(encs[0])
+    parts = [PassPart(main, prompt + text, logits_from=len(prompt) - 1, prompt_rows=len(prompt))]
+    for c in range(companions):
+        other = decoder.session(encs[1 + c % 3])
+        if c % 2:
+            other.forward([rng.randrange(DIMS.n_vocab) for _ in range(rng.randint(1, 30))])
+        parts.append(PassPart(other, [rng.randrange(DIMS.n_vocab) for _ in range(rng.randint(1, 5))]))
+    rng.shuffle(parts)
+    got = decoder.run_pass(parts)[[p.session for p in parts].index(main)].logits
+    for i, row in enumerate(want):
+        assert torch.equal(got[i], row), f"row {i} differs by {(got[i] - row).abs().max()}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rejected_cache_slots_do_not_change_the_next_logits(dtype):
+    decoder, encs = _decoder(dtype)
+    a, b = decoder.session(encs[0]), decoder.session(encs[0])
+    a.forward([1, 2, 3, 4])
+    b.forward([1, 2, 3, 4, 9, 9, 9])  # three drafted tokens, all rejected
+    b.crop(4)
+    for keys in b.cache.keys:
+        keys[:, :, 4:] = 1e3  # garbage past the length (finite, as real stale keys are)
+    assert torch.equal(a.forward([5])[-1], b.forward([5])[-1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prompt_rows_give_the_same_bits_with_drafts_after_them(dtype):
+    decoder, encs = _decoder(dtype)
+    prompt = list(range(10, 30))  # a prompt longer than a block and than a key block
+    plain = decoder.session(encs[1]).forward(prompt)
+    drafted = decoder.session(encs[1]).forward(prompt + [7, 8, 9], prompt_rows=len(prompt))
+    assert torch.equal(drafted[: len(prompt)], plain)
+
+
+def test_without_a_pass_shape_the_pass_is_one_call_and_close():
+    decoder, encs = _decoder(torch.float32, packed=False)
+    want = decoder.session(encs[0]).forward([1, 2, 3, 4, 5])
+    decoder.pass_shape = None
+    got = decoder.session(encs[0]).forward([1, 2, 3, 4, 5])
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_row_blocks_pad_and_map():
+    blocks = RowBlocks(4, 6)
+    x = blocks.pad(torch.ones(6, 3))
+    assert x.shape == (8, 3) and x[6:].sum() == 0
+    seen = []
+    out = blocks.map(lambda b: seen.append(b.shape[0]) or b * 2, x)
+    assert seen == [4, 4] and torch.equal(out, x * 2)
+    assert RowBlocks(0, 5).pad(torch.ones(5, 2)).shape == (5, 2)
+
+
+def test_attend_groups_the_prompt_and_splits_the_rest_by_key_length():
+    torch.manual_seed(1)
+    q, k, v = torch.randn(6, 2, 8), torch.randn(1, 2, 32, 8), torch.randn(1, 2, 32, 8)
+    mask = torch.arange(32)[None] <= torch.arange(10, 16)[:, None]  # rows at positions 10..15
+    lengths = PassShape(rows=4, key_block=12).key_lengths(10, 6, 32)
+    assert lengths == [12, 12, 24, 24, 24, 24]
+    got = attend(q, k, v, mask, group=2, key_lengths=lengths)
+    for i in range(2, 6):  # every later row equals its own single-row call over its own keys
+        n = lengths[i]
+        one = attend(q[i : i + 1], k[:, :, :n], v[:, :, :n], mask[i : i + 1, :n], invariant=False)
+        assert torch.equal(got[i], one[0])
+    full = attend(q, k, v, mask, invariant=False)  # masking makes the key length irrelevant up to rounding
+    torch.testing.assert_close(got, full, atol=1e-5, rtol=1e-5)
+
+
+def test_packed_linear_matches_linear_keeps_the_tie_and_trains():
+    torch.manual_seed(0)
+    linear = nn.Linear(32, 48)
+    packed = PackedLinear.from_linear(linear, 8)
+    assert packed.weight is linear.weight
+    x = torch.randn(8, 32)
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+    y = packed(x.requires_grad_())  # autograd: the plain path on the same weight
+    y.sum().backward()
+    assert linear.weight.grad is not None
+
+
+def test_pack_decoder_swaps_the_pass_linears_only():
+    decoder, _ = _decoder(torch.float32)
+    layer = decoder.layers[0]
+    assert isinstance(decoder.proj, PackedLinear) and decoder.proj.weight is decoder.token_embedding.weight
+    assert isinstance(layer.qkv, PackedLinear) and isinstance(layer.mlp.fc2, PackedLinear)
+    assert type(layer.cross_kv) is nn.Linear  # runs once per window over every encoder frame
