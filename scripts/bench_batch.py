@@ -1,209 +1,162 @@
-"""Batch benchmark: specscribe's pipeline vs faster-whisper's own WhisperModel.transcribe.
+"""Batch transcription, process start to exit: specscribe against faster-whisper's two modes.
 
-Same files, same decoded audio, one run, interleaved per file (the order alternates, so drift in
-machine load hits both sides alike). faster-whisper runs as its users run it: int8, beam 1,
-vad_filter=True, its default temperature fallback and conditioning. specscribe runs
-pipeline.longform.transcribe_audio through the chosen engine (default: spec when present, else ct2).
-Model loading and audio decoding are outside the timed part on both sides.
+Every side runs as its own process over the same files, so model load, imports and audio
+decoding are included on every side, as a user meets them:
+- ``specscribe``: `specscribe transcribe FILES -f json` with its defaults (spec engine, auto
+  compute type, auto drafts), at each ``--batch-sizes`` (the first is the default's);
+- ``fw_transcribe``: faster-whisper ``WhisperModel.transcribe`` (int8, beam 1, vad_filter=True,
+  its default temperature fallback and conditioning);
+- ``fw_batched``: faster-whisper ``BatchedInferencePipeline.transcribe`` (int8, batch 8, beam 1
+  like ours; ``--fw-beam`` changes it; its own default is 5).
+Sides run interleaved in a rotating order, ``--repeat`` times; the JSON has min and median wall
+seconds per side, the ratio of the faster faster-whisper side to specscribe's default, and
+WER on the files that have references (jfk and the LibriVox clips), plus each side's
+disagreement with fw_transcribe on the lecture (physicsworks, no reference).
 
-    nice -n 10 python scripts/bench_batch.py --out artifacts/bench_batch.json
-    nice -n 10 python scripts/bench_batch.py --engine ct2 --workers-check --encode-batch-check
-
-Optional checks (each its own timed section in the JSON):
-  --workers-check       the whole file set through run_batch with --workers 1 vs 2
-  --encode-batch-check  ct2 encoder: N windows one at a time vs one batched call
+    python scripts/bench_batch.py --out artifacts/bench_batch.json [--repeat 3] [--batch-sizes 8,1,4,16]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
-import platform
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+FW_SCRIPT = r"""
+import json, sys
+from faster_whisper import BatchedInferencePipeline, WhisperModel
+folder, mode, beam, out, *files = sys.argv[1:]
+model = WhisperModel(folder, device="cpu", compute_type="int8")
+texts = {}
+for f in files:
+    if mode == "batched":
+        segments, _ = BatchedInferencePipeline(model).transcribe(f, batch_size=8, beam_size=int(beam))
+    else:
+        segments, _ = model.transcribe(f, beam_size=int(beam), vad_filter=True)
+    texts[f] = "".join(s.text for s in segments).strip()
+json.dump(texts, open(out, "w"))
+"""
 
-def _default_engine() -> str:
-    return "spec" if importlib.util.find_spec("specscribe.models.spec_engine") else "ct2"
 
+def files_and_refs(include_physics: bool) -> list[tuple[Path, str | None]]:
+    from specscribe.clips import JFK_TEXT, clips_dir, librivox_clips
 
-def _files(clips: Path, include_physics: bool) -> list[tuple[Path, str | None]]:
-    from specscribe.clips import JFK_TEXT, librivox_clips
-
-    files: list[tuple[Path, str | None]] = [(clips / "jfk.flac", JFK_TEXT)]
-    files += list(librivox_clips(clips).items())
+    folder = clips_dir()
+    files: list[tuple[Path, str | None]] = []
     if include_physics:
-        files.append((clips / "physicsworks.wav", None))
+        files.append((folder / "physicsworks.wav", None))
+    files += [(folder / "jfk.flac", JFK_TEXT)] + list(librivox_clips(folder).items())
     return files
 
 
-def bench_pair(args: argparse.Namespace) -> dict:
-    from faster_whisper import WhisperModel
+def run_side(side: str, files: list[Path], args: argparse.Namespace, work: Path) -> tuple[float, dict[str, str]]:
+    """Run one side as a process; returns (wall seconds, {file: text})."""
+    out = work / side
+    out.mkdir(parents=True, exist_ok=True)
+    if side.startswith("specscribe"):
+        size = side.split("_b")[-1]
+        cmd = [sys.executable, "-m", "specscribe", "transcribe", *map(str, files), "-f", "json", "-o", str(out),
+               "-q", "--batch-size", size]
+    else:
+        from specscribe.models.registry import resolve_model
 
-    from specscribe.clips import clips_dir
-    from specscribe.models.engines import EngineOptions, load_transcriber
-    from specscribe.models.registry import resolve_model
-    from specscribe.pipeline.audio import load_audio
-    from specscribe.pipeline.longform import LongformOptions, transcribe_audio
-    from specscribe.pipeline.wer import corpus_wer
-
-    folder = resolve_model(args.model)
-    t = time.perf_counter()
-    ours = load_transcriber(EngineOptions(engine=args.engine, model=args.model, threads=args.threads))
-    load_ours = time.perf_counter() - t
-    t = time.perf_counter()
-    fw = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=args.threads)
-    load_fw = time.perf_counter() - t
-
-    files = _files(clips_dir(), not args.no_physics)
-    audios = {path: load_audio(path) for path, _ in files}
-    # warm-up on jfk: first calls allocate, compile and fill caches on both sides
-    warm = audios[files[0][0]]
-    transcribe_audio(ours, warm, LongformOptions(language="en"))
-    list(fw.transcribe(warm, beam_size=1, vad_filter=True, language="en")[0])
-
-    rows = []
-    for i, (path, ref) in enumerate(files):
-        audio = audios[path]
-        times: dict[str, list[float]] = {"specscribe": [], "faster_whisper": []}
-        texts: dict[str, str] = {}
-        for rep in range(args.repeat):
-            order = ("specscribe", "faster_whisper") if (i + rep) % 2 == 0 else ("faster_whisper", "specscribe")
-            for side in order:
-                t = time.perf_counter()
-                if side == "specscribe":
-                    tr = transcribe_audio(ours, audio, LongformOptions())
-                    texts[side], stats = tr.text, tr.stats
-                else:
-                    segments, _ = fw.transcribe(audio, beam_size=1, vad_filter=True)
-                    texts[side] = "".join(s.text for s in segments).strip()
-                times[side].append(time.perf_counter() - t)
-        row = {
-            "file": path.name,
-            "duration": round(len(audio) / 16000, 2),
-            "specscribe_s": round(min(times["specscribe"]), 3),
-            "faster_whisper_s": round(min(times["faster_whisper"]), 3),
-            "reference": ref is not None,
-            "specscribe_text": texts["specscribe"],
-            "faster_whisper_text": texts["faster_whisper"],
-            "specscribe_stats": stats.to_dict(),
-        }
-        row["ratio_fw_over_ours"] = round(row["faster_whisper_s"] / row["specscribe_s"], 3)
-        rows.append(row)
-        print(f"{path.name}: ours {row['specscribe_s']:.2f}s  fw {row['faster_whisper_s']:.2f}s", file=sys.stderr)
-
-    total_audio = sum(r["duration"] for r in rows)
-    ours_s = sum(r["specscribe_s"] for r in rows)
-    fw_s = sum(r["faster_whisper_s"] for r in rows)
-    scored = [(ref, r) for (_, ref), r in zip(files, rows) if ref is not None]
-    return {
-        "engine": args.engine,
-        "model": args.model,
-        "repeat": args.repeat,
-        "load_s": {"specscribe": round(load_ours, 2), "faster_whisper": round(load_fw, 2)},
-        "total_audio_s": round(total_audio, 2),
-        "specscribe": {
-            "wall_s": round(ours_s, 3),
-            "x_real_time": round(total_audio / ours_s, 2),
-            "wer_scored": round(corpus_wer([r for r, _ in scored], [x["specscribe_text"] for _, x in scored]), 4),
-        },
-        "faster_whisper": {
-            "wall_s": round(fw_s, 3),
-            "x_real_time": round(total_audio / fw_s, 2),
-            "wer_scored": round(corpus_wer([r for r, _ in scored], [x["faster_whisper_text"] for _, x in scored]), 4),
-        },
-        "speedup_fw_over_ours": round(fw_s / ours_s, 3),
-        "files": rows,
-    }
-
-
-def bench_workers(args: argparse.Namespace) -> dict:
-    """The whole batch through run_batch (load included: that is what --workers changes)."""
-    from specscribe.clips import clips_dir
-    from specscribe.models.engines import EngineOptions
-    from specscribe.pipeline.batch import BatchOptions, InputItem, run_batch
-
-    files = _files(clips_dir(), not args.no_physics)
-    items = [InputItem(str(p), p, Path(p.stem)) for p, _ in files]
-    out: dict = {}
-    for workers in (1, 2):
-        with tempfile.TemporaryDirectory() as tmp:
-            options = BatchOptions(
-                engine=EngineOptions(engine=args.engine, model=args.model, threads=args.threads),
-                formats=("txt",), output_dir=Path(tmp), workers=workers, quiet=True,
-            )
-            t = time.perf_counter()
-            report = run_batch(items, options)
-            wall = time.perf_counter() - t
-        out[f"workers_{workers}"] = {"wall_s": round(wall, 2), "done": report.done, "failed": report.failed}
-        print(f"workers={workers}: {wall:.1f}s", file=sys.stderr)
-    out["speedup_2_over_1"] = round(out["workers_1"]["wall_s"] / out["workers_2"]["wall_s"], 3)
-    return out
-
-
-def bench_encode_batch(args: argparse.Namespace, n: int = 4) -> dict:
-    """ct2 encoder: n 30 s windows of physicsworks, one call each vs one batched call."""
-    import ctranslate2
-    import numpy as np
-    from faster_whisper import WhisperModel
-    from faster_whisper.audio import pad_or_trim
-
-    from specscribe.clips import clips_dir
-    from specscribe.models.registry import resolve_model
-    from specscribe.pipeline.audio import load_audio
-
-    model = WhisperModel(str(resolve_model(args.model)), device="cpu", compute_type="int8", cpu_threads=args.threads)
-    audio = load_audio(clips_dir() / "physicsworks.wav")
-    feats = [pad_or_trim(model.feature_extractor(audio[i * 480000 : (i + 1) * 480000])[:, :3000]) for i in range(n)]
-    single = np.stack(feats)  # (n, 80, 3000)
-    model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(single[:1])))  # warm-up
-    seq, bat = [], []
-    for _ in range(args.repeat + 1):
-        t = time.perf_counter()
-        for f in feats:
-            model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(f[None])))
-        seq.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(single)))
-        bat.append(time.perf_counter() - t)
-    return {"windows": n, "one_at_a_time_s": round(min(seq), 3), "batched_s": round(min(bat), 3),
-            "speedup": round(min(seq) / min(bat), 3)}
+        mode = "batched" if side == "fw_batched" else "sequential"
+        beam = str(args.fw_beam if mode == "batched" else 1)
+        cmd = [sys.executable, "-c", FW_SCRIPT, str(resolve_model(args.model)), mode, beam, str(out / "texts.json"),
+               *map(str, files)]
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, timeout=3600)
+    wall = time.perf_counter() - started
+    if side.startswith("specscribe"):
+        texts = {str(f): json.loads((out / f"{f.stem}.json").read_text())["text"] for f in files}
+    else:
+        texts = json.loads((out / "texts.json").read_text())
+    return wall, texts
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--engine", default=_default_engine(), choices=("spec", "ct2"))
-    p.add_argument("--model", default="base")
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--repeat", type=int, default=1, help="runs per file per side; the fastest counts")
-    p.add_argument("--no-physics", action="store_true", help="skip physicsworks.wav (203 s)")
-    p.add_argument("--workers-check", action="store_true")
-    p.add_argument("--encode-batch-check", action="store_true")
-    p.add_argument("--skip-pair", action="store_true", help="only the optional checks")
-    p.add_argument("--out", default=None, help="write the JSON here too")
-    args = p.parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="-", help="JSON output path (default: stdout)")
+    parser.add_argument("--model", default="base")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--batch-sizes", default="8,1,4,16", help="specscribe --batch-size values; the first is the default")
+    parser.add_argument("--fw-beam", type=int, default=1, help="beam size of fw_batched (faster-whisper's default: 5)")
+    parser.add_argument("--no-physics", action="store_true", help="skip the 203 s lecture (smoke runs)")
+    args = parser.parse_args(argv)
 
-    result: dict = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg_start": os.getloadavg()},
+    from specscribe.machine import machine_info
+    from specscribe.models.compute import resolve_compute_type
+    from specscribe.pipeline.wer import corpus_wer, wer
+
+    files = files_and_refs(not args.no_physics)
+    paths = [f for f, _ in files]
+    sizes = [int(s) for s in args.batch_sizes.split(",")]
+    sides = [f"specscribe_b{s}" for s in sizes] + ["fw_transcribe", "fw_batched"]
+    walls: dict[str, list[float]] = {s: [] for s in sides}
+    texts: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.repeat):
+            order = sides[rep % len(sides) :] + sides[: rep % len(sides)]
+            for side in order:
+                wall, texts[side] = run_side(side, paths, args, Path(tmp) / f"{rep}")
+                walls[side].append(wall)
+                print(f"repeat {rep} {side:18s} {wall:7.2f} s", file=sys.stderr)
+
+    scored = [(str(f), ref) for f, ref in files if ref is not None]
+    lecture = [str(f) for f, ref in files if ref is None]
+    audio_s = sum(_duration(f) for f in paths)
+    report_sides = {}
+    for side in sides:
+        entry = {
+            "wall_s_min": round(min(walls[side]), 3),
+            "wall_s_median": round(statistics.median(walls[side]), 3),
+            "wall_s_all": [round(w, 3) for w in walls[side]],
+            "x_real_time": round(audio_s / statistics.median(walls[side]), 2),
+            "wer_scored": round(corpus_wer([r for _, r in scored], [texts[side][f] for f, _ in scored]), 4),
+        }
+        if lecture:
+            entry["lecture_wer_vs_fw_transcribe"] = round(wer(texts["fw_transcribe"][lecture[0]], texts[side][lecture[0]]), 4)
+        report_sides[side] = entry
+    default = f"specscribe_b{sizes[0]}"
+    fastest_fw = min(("fw_transcribe", "fw_batched"), key=lambda s: report_sides[s]["wall_s_median"])
+    report = {
+        "machine": machine_info(resolve_compute_type("auto", "cpu")),
+        "model": args.model,
+        "repeat": args.repeat,
+        "fw_batched_beam": args.fw_beam,
+        "files": [{"file": f.name, "duration_s": round(_duration(f), 2), "reference": ref is not None} for f, ref in files],
+        "audio_s": round(audio_s, 2),
+        "sides": report_sides,
+        "default": default,
+        "fastest_faster_whisper": fastest_fw,
+        "speedup_default_over_fastest_fw": round(
+            report_sides[fastest_fw]["wall_s_median"] / report_sides[default]["wall_s_median"], 3
+        ),
+        "wer_points_default_minus_fw_transcribe": round(
+            100 * (report_sides[default]["wer_scored"] - report_sides["fw_transcribe"]["wer_scored"]), 2
+        ),
+        "texts": texts,
     }
-    if not args.skip_pair:
-        result["pair"] = bench_pair(args)
-    if args.workers_check:
-        result["workers"] = bench_workers(args)
-    if args.encode_batch_check:
-        result["encode_batch"] = bench_encode_batch(args)
-    result["machine"]["load_avg_end"] = os.getloadavg()
-    text = json.dumps(result, indent=2, ensure_ascii=False)
-    if args.out:
+    text = json.dumps(report, indent=2)
+    if args.out == "-":
+        print(text)
+    else:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
-    print(text)
+        print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
+def _duration(path: Path) -> float:
+    from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
+
+    return len(load_audio(path)) / SAMPLE_RATE
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

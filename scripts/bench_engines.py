@@ -1,16 +1,44 @@
-"""Wall time of the `spec` torch engine (target only) against faster-whisper/CTranslate2, side by side.
+"""Target decoder pass cost, batch throughput, and the spec engine against faster-whisper (CPU).
 
-Both engines run in one process on the same clips, interleaved (spec, ct2, ct2, spec, ...), each
-doing a whole window: features, encoder, language detection, greedy decode with timestamps.
-ct2 is faster-whisper's own path (WhisperModel.encode + model.generate, int8, beam 1, max_length
-448). Writes JSON: per-clip times and ratio, peak memory, and where the spec time goes.
+ONE JSON (--out, default stdout): `machine` (specscribe.machine) and the --sections below, each
+over --repeat rounds that interleave the variants it compares (their order rotates per round, so
+drift in machine load hits all alike); min and median reported.
 
-    python scripts/bench_engines.py --out bench.json [--repeat 2] [--spec-compute auto] [--threads 0]
+pass_ms     ONE target decoder pass on the real model: sessions over real encoded 30 s windows,
+            after the 4-token prompt (sot, en, transcribe, notimestamps); a pass appends new
+            tokens, then every session is cropped back to 4. by_rows: R tokens of one sequence
+            (--rows; verifying R - 1 drafts). by_sequences: B sessions of one token each (--seqs;
+            what batch transcription runs). Per --compute-types (engines with draft "none"), both
+            batch-invariant (blocks of PassShape.rows zero-padded rows, models/invariant.py) and
+            plain (decoder.pass_shape = None: one kernel call for all rows, same packed weights),
+            so the price of invariance shows. PASSES timed passes per variant and round, after
+            an untimed one; table_md holds the medians as a markdown table.
+throughput  B distinct windows decoded together (SpecEngine.decode_loop: one target pass per step
+            for all; --batches), greedy, language "en", at --spec-compute, with drafts (draft
+            "auto": the shipped draft decoder where it pays) and without ("none"): output tokens
+            per second of wall time (session set-up and cross K/V included), passes, sequences and
+            rows per pass (BatchDecoder.steps), acceptance; and `identical`: every window's tokens
+            the same at every batch size, with and without drafts (lossless; not asserted here).
+engines     per clip (--clips), a window as users run it (features, encoder, language detection,
+            greedy decode with timestamps): the spec engine (draft "auto") against faster-whisper/
+            CTranslate2 (encode + generate, int8, beam 1, max_length 448), interleaved. Spec time
+            is split by timing TextDecoder.run_pass: prompt passes (a part with prompt rows or a
+            fresh session), steps (other target passes), draft decoder passes; the rest of decode
+            is rules and overhead.
+
+Windows: the eight evaluation windows (specscribe.clips), then 30 s windows of physicsworks.wav
+("physicsworks@30s" starts at 30 s: every 30 s, then the 15 s offsets), each encoded once, untimed.
+The engines clips: the evaluation windows and physicsworks@0s.
+
+    python scripts/bench_engines.py --out bench.json [--repeat 3] [--sections pass_ms,throughput,engines]
+        [--compute-types float32,bfloat16] [--spec-compute auto] [--threads 0] [--clips jfk,0870]
+        [--rows 1,2,4,8,16,32,64] [--seqs 1,4,8,16] [--batches 1,4,8,16]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import resource
 import statistics
@@ -18,83 +46,284 @@ import sys
 import time
 from pathlib import Path
 
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+SECTIONS = ("pass_ms", "throughput", "engines")
+PASSES = 5  # timed passes per variant and round in pass_ms
+MODES = ("invariant", "plain")
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
 
 
-def load_clips() -> dict:
-    """The eight evaluation windows (specscribe.clips) plus the lecture's first 30 s."""
-    from specscribe.clips import clips_dir, evaluation_windows
+def summary(values: list[float]) -> dict:
+    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3), "n": len(values)}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def window_pool() -> dict:
+    """{name: audio <= 30 s}: the evaluation windows, then the lecture's windows (>= 10 s each)."""
     from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
 
-    clips = evaluation_windows()
-    clips["physicsworks-30s"] = load_audio(clips_dir() / "physicsworks.wav")[: 30 * SAMPLE_RATE]
-    return clips
+    from specscribe.clips import clips_dir, evaluation_windows
+
+    pool = evaluation_windows()
+    lecture = load_audio(clips_dir() / "physicsworks.wav")
+    end = len(lecture) // SAMPLE_RATE - 10
+    for start in [*range(0, end, 30), *range(15, end, 30)]:
+        pool[f"physicsworks@{start}s"] = lecture[start * SAMPLE_RATE : (start + 30) * SAMPLE_RATE]
+    return pool
 
 
-class ForwardTimer:
-    """Wraps DecoderSession.forward to split decoder time into prompt passes and 1-token steps."""
+def pick(names: list[str], n: int) -> list[str]:
+    if n > len(names):
+        raise SystemExit(f"{n} distinct windows asked for, only {len(names)} available")
+    return names[:n]
 
-    def __init__(self):
-        from specscribe.models import whisper
 
-        self.prefill_ms = self.steps_ms = 0.0
-        self.n_steps = 0
-        original = whisper.DecoderSession.forward
-        timer = self
+class Engines:
+    """SpecEngines (CPU) by (compute type, draft), each loaded once; load_s their load times."""
 
-        def timed(session, tokens, return_cross_attention=False):
+    def __init__(self, model: str, threads: int):
+        self.model, self.threads, self.loaded, self.load_s = model, threads, {}, {}
+
+    def get(self, compute_type: str, draft: str):
+        """compute_type may carry the pass block, "bfloat16:8" (EngineOptions.pass_rows)."""
+        if (compute_type, draft) not in self.loaded:
+            from specscribe.models.engines import EngineOptions
+            from specscribe.models.registry import resolve_model
+            from specscribe.models.spec_engine import SpecEngine
+
             started = time.perf_counter()
-            out = original(session, tokens, return_cross_attention)
-            ms = (time.perf_counter() - started) * 1000
-            if len(tokens) == 1 and session.length > 1:
-                timer.steps_ms += ms
-                timer.n_steps += 1
-            elif session.length > 1:  # the prompt pass (the 1-token language pass is timed apart)
-                timer.prefill_ms += ms
-            return out
-
-        whisper.DecoderSession.forward = timed
-
-    def snapshot(self) -> tuple[float, float, int]:
-        return self.prefill_ms, self.steps_ms, self.n_steps
+            name, _, rows = compute_type.partition(":")
+            options = EngineOptions(
+                engine="spec", model=self.model, device="cpu", compute_type=name, draft=draft, threads=self.threads,
+                pass_rows=int(rows or 0),
+            )
+            self.loaded[compute_type, draft] = SpecEngine(resolve_model(self.model), options)
+            self.load_s[f"{compute_type}/{draft}"] = round(time.perf_counter() - started, 2)
+        return self.loaded[compute_type, draft]
 
 
-def run_spec(engine, timer: ForwardTimer, audio) -> dict:
+# --- pass_ms ---------------------------------------------------------------------------------
+
+
+def time_passes(decoder, mode: str, sessions: list, tokens: list[list[int]], keep: int) -> list[float]:
+    """ms of PASSES passes (after an untimed one) appending tokens[i] to sessions[i], each session
+    cropped back to `keep` after each; mode "plain" runs them with decoder.pass_shape = None."""
+    from specscribe.models.whisper import PassPart
+
+    shape, out = decoder.pass_shape, []
+    decoder.pass_shape = shape if mode == "invariant" else None
+    try:
+        for i in range(PASSES + 1):
+            started = time.perf_counter()
+            decoder.run_pass([PassPart(s, t) for s, t in zip(sessions, tokens)])
+            out.append((time.perf_counter() - started) * 1000)
+            for s in sessions:
+                s.crop(keep)
+    finally:
+        decoder.pass_shape = shape
+    return out[1:]
+
+
+def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: list[int], pool: dict, repeat: int) -> dict:
+    from specscribe.clips import JFK_TEXT
+
+    names = pick(sorted(pool, key=lambda n: not n.startswith("physicsworks")), max(seqs))  # 30 s of speech first
+    encoded = [engines.get(types[0], "none").encode(pool[n]).handle for n in names]  # cross K/V cast it
+    setups = {}
+    for ct in types:
+        engine = engines.get(ct, "none")
+        tok, decoder = engine.tokenizer, engine.model.decoder
+        prompt = tok.sot_sequence("transcribe", "en") + [tok.no_timestamps]
+        sessions = [decoder.session(enc) for enc in encoded]
+        for s in sessions:
+            s.forward(prompt)
+        text = tok.encode(" " + JFK_TEXT) * max(rows)
+        setups[ct] = (decoder, sessions, text, len(prompt))
+    variants = [(ct, mode) for ct in types for mode in MODES]
+    jobs = [("by_rows", n) for n in rows] + [("by_sequences", n) for n in seqs]
+    samples = collections.defaultdict(list)
+    for rnd in range(repeat):
+        for i, (table, n) in enumerate(jobs):
+            shift = (rnd + i) % len(variants)
+            for ct, mode in variants[shift:] + variants[:shift]:
+                decoder, sessions, text, keep = setups[ct]
+                if table == "by_rows":  # one sequence, n rows
+                    ms = time_passes(decoder, mode, sessions[:1], [text[:n]], keep)
+                else:  # n sequences, one row each
+                    ms = time_passes(decoder, mode, sessions[:n], [[t] for t in text[:n]], keep)
+                samples[table, ct, mode, n] += ms
+        log(f"pass_ms: round {rnd + 1}/{repeat} done")
+    report = {"passes_per_sample": PASSES, "windows": names, "block_rows": {ct: setups[ct][0].pass_shape.rows for ct in types}}
+    for table, sizes in (("by_rows", rows), ("by_sequences", seqs)):
+        report[table] = {
+            ct: {m: {str(n): summary(samples[table, ct, m, n]) for n in sizes} for m in MODES} for ct in types
+        }
+    report["table_md"] = "\n\n".join(markdown(report[t], s, u) for t, s, u in (("by_rows", rows, "row"), ("by_sequences", seqs, "sequence")))
+    log(report["table_md"])
+    return report
+
+
+def markdown(table: dict, sizes: list[int], unit: str) -> str:
+    """Median ms per pass: | compute type | pass | 1 row | 2 | 4 ... |."""
+    head = [f"{n} {unit}{'s' * (n > 1)}" if i == 0 else str(n) for i, n in enumerate(sizes)]
+    lines = ["| compute type | pass | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(sizes)]
+    for ct, modes in table.items():
+        for mode, cells in modes.items():
+            lines.append(f"| {ct} | {mode} | " + " | ".join(f"{cells[str(n)]['median']:.2f}" for n in sizes) + " |")
+    return "\n".join(lines)
+
+
+# --- throughput ------------------------------------------------------------------------------
+
+
+def decode_together(engine, items: list) -> dict:
+    """Decode the (encoded, request) items in one loop; wall ms from the first submit to the end."""
+    started = time.perf_counter()
+    loop = engine.decode_loop()
+    for i, (encoded, request) in enumerate(items):
+        loop.submit(i, encoded, request)
+    results: dict = {}
+    while len(loop):
+        results.update(loop.step())
+    wall = (time.perf_counter() - started) * 1000
+    return {"wall_ms": wall, "results": [results[i] for i in range(len(items))], "steps": loop.batch.steps}
+
+
+def throughput_row(runs: list[dict]) -> dict:
+    """Wall time and tokens/s over the rounds; passes and acceptance of the last round."""
+    from specscribe.models.types import SpecStats
+
+    walls, last, steps = [r["wall_ms"] for r in runs], runs[-1]["results"], runs[-1]["steps"]
+    tokens = sum(len(r.tokens) for r in last)  # output tokens, end-of-text not counted
+    stats = sum((r.stats for r in last), SpecStats())
+    return {
+        "wall_ms": summary(walls),
+        "tokens": tokens,
+        "tokens_per_s": {"best": round(tokens * 1000 / min(walls), 1), "median": round(tokens * 1000 / statistics.median(walls), 1)},
+        "passes": len(steps),
+        "emitted_per_pass": round(stats.tokens / len(steps), 2),  # end-of-text counted
+        "sequences_per_pass": round(statistics.mean(s.sequences for s in steps), 2),
+        "rows_per_pass": round(statistics.mean(s.rows for s in steps), 2),
+        "pass_ms_total": round(sum(s.pass_ms for s in steps), 1),
+        "drafted": stats.drafted,
+        "accepted": stats.accepted,
+        "acceptance": round(stats.acceptance_rate, 4),
+    }
+
+
+def bench_throughput(engines: Engines, compute_type: str, batches: list[int], pool: dict, repeat: int) -> dict:
     from specscribe.models.types import DecodeRequest
 
-    t0 = dict(vars(engine.times))
-    f0 = timer.snapshot()
+    variants = {"drafts": engines.get(compute_type, "auto"), "none": engines.get(compute_type, "none")}
+    names = pick(list(pool), max(batches))
+    encoded = [variants["none"].encode(pool[n]) for n in names]  # one encoding, both engines
+    request = DecodeRequest(language="en")
+    for engine in variants.values():  # warm-up
+        decode_together(engine, [(encoded[0], request)])
+    runs = collections.defaultdict(list)
+    for rnd in range(repeat):
+        for i, b in enumerate(batches):
+            for v in list(variants)[:: 1 if (rnd + i) % 2 == 0 else -1]:
+                runs[b, v].append(decode_together(variants[v], [(e, request) for e in encoded[:b]]))
+                log(f"throughput B={b:2d} {v:6s} {runs[b, v][-1]['wall_ms']:9.1f} ms")
+    seen = collections.defaultdict(set)  # window -> every token tuple it decoded to
+    for batch_runs in runs.values():
+        for run in batch_runs:
+            for name, result in zip(names, run["results"]):
+                seen[name].add(result.tokens)
+    mismatched = [name for name, found in seen.items() if len(found) > 1]
+    return {
+        "compute_type": compute_type,
+        "draft_decoder_loaded": variants["drafts"].draft is not None,
+        "request": {"language": "en", "task": request.task, "timestamps": request.timestamps},
+        "windows": names,
+        "by_batch": {str(b): {v: throughput_row(runs[b, v]) for v in variants} for b in batches},
+        "identical": not mismatched,
+        "mismatched_windows": mismatched,
+    }
+
+
+# --- engines ---------------------------------------------------------------------------------
+
+
+class PassTimer:
+    """While entered, times every TextDecoder.run_pass (wrapped on the class) by kind: "language"
+    (inside the engine's detect_language), "draft" (a decoder other than the engine's target),
+    "prompt" (a part with prompt rows, or a fresh session), else "step". language_cross_kv: the
+    cross K/V time that StageTimes counts in both `cross_kv` and `language` (the detection's
+    session computes the window's K/V first)."""
+
+    def __init__(self, engine):
+        self.engine, self.label, self.language_cross_kv = engine, None, 0.0
+        self.ms, self.n = collections.Counter(), collections.Counter()
+
+    def kind(self, decoder, parts) -> str:
+        if self.label or decoder is not self.engine.model.decoder:
+            return self.label or "draft"
+        fresh = any((p.prompt_rows or 0) > 0 or (p.prompt_rows is None and p.session.length == 0) for p in parts)
+        return "prompt" if fresh else "step"
+
+    def __enter__(self):
+        from specscribe.models.whisper import TextDecoder
+
+        self._run_pass, detect = TextDecoder.run_pass, self.engine.detect_language
+
+        def run_pass(decoder, parts, want_scores=False):
+            kind, started = self.kind(decoder, parts), time.perf_counter()
+            try:
+                return self._run_pass(decoder, parts, want_scores)
+            finally:
+                self.ms[kind] += (time.perf_counter() - started) * 1000
+                self.n[kind] += 1
+
+        def detect_language(encoded):
+            self.label, cross_kv = "language", self.engine.times.cross_kv
+            try:
+                return detect(encoded)
+            finally:
+                self.label = None
+                self.language_cross_kv += self.engine.times.cross_kv - cross_kv
+
+        TextDecoder.run_pass, self.engine.detect_language = run_pass, detect_language
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from specscribe.models.whisper import TextDecoder
+
+        TextDecoder.run_pass = self._run_pass
+        del self.engine.detect_language  # the class's method again
+
+
+def run_spec(engine, timer: PassTimer, audio) -> dict:
+    from specscribe.models.types import DecodeRequest
+
+    t0, ms0, n0, lang_kv = dict(vars(engine.times)), timer.ms.copy(), timer.n.copy(), timer.language_cross_kv
     started = time.perf_counter()
-    encoded = engine.encode(audio)
-    result = engine.decode(encoded, DecodeRequest(language=None, timestamps=True))
+    result = engine.decode(engine.encode(audio), DecodeRequest(language=None, timestamps=True))
     wall = (time.perf_counter() - started) * 1000
-    t1, f1 = vars(engine.times), timer.snapshot()
-    d = {k: t1[k] - t0[k] for k in ("features", "encoder", "cross_kv", "language", "decode_total")}
-    prefill, steps, n_steps = (f1[i] - f0[i] for i in range(3))
+    d = {k: v - t0[k] for k, v in vars(engine.times).items()}
+    ms = {k: timer.ms[k] - ms0[k] for k in ("prompt", "step", "draft")}
+    n = {k: timer.n[k] - n0[k] for k in ("step", "draft")}
+    breakdown = {k: round(d[k], 1) for k in ("features", "encoder", "cross_kv")}
     return {
         "wall_ms": round(wall, 1),
         "tokens": list(result.tokens),
-        "text": result.text,
-        "language": result.language,
+        "acceptance": round(result.stats.acceptance_rate, 4),
         "breakdown_ms": {
-            "features": round(d["features"], 1),
-            "encoder": round(d["encoder"], 1),
-            "cross_kv": round(d["cross_kv"], 1),
-            "language_detection": round(d["language"], 1),
-            "prompt_pass": round(prefill, 1),
-            "decoder_steps": round(steps, 1),
-            "n_steps": n_steps,
-            "ms_per_step": round(steps / n_steps, 2) if n_steps else None,
-            "rules_and_overhead": round(d["decode_total"] - (prefill + steps), 1),
+            **breakdown,
+            "language_detection": round(d["language"] - (timer.language_cross_kv - lang_kv), 1),  # cross K/V apart
+            "prompt_passes": round(ms["prompt"], 1),
+            "decoder_steps": round(ms["step"], 1),
+            "n_steps": n["step"],
+            "ms_per_step": round(ms["step"] / n["step"], 2) if n["step"] else None,
+            "draft_passes": round(ms["draft"], 1),
+            "n_draft_passes": n["draft"],
+            "rules_and_overhead": round(d["decode_total"] - sum(ms.values()), 1),
         },
     }
 
@@ -119,105 +348,129 @@ def run_ct2(fw, audio) -> dict:
         suppress_blank=True, suppress_tokens=list(get_suppressed_tokens(tok, [-1])), max_initial_timestamp_index=50,
     )[0]
     done = time.perf_counter()
-    tokens = res.sequences_ids[0]
+
+    def ms(a: float, b: float) -> float:
+        return round((b - a) * 1000, 1)
+
     return {
-        "wall_ms": round((done - started) * 1000, 1),
-        "tokens": list(tokens),
-        "text": tok.decode(tokens),
-        "language": language,
-        "breakdown_ms": {
-            "features": round((t_feat - started) * 1000, 1),
-            "encoder": round((t_enc - t_feat) * 1000, 1),
-            "language_detection": round((t_lang - t_enc) * 1000, 1),
-            "generate": round((done - t_lang) * 1000, 1),
-        },
+        "wall_ms": ms(started, done),
+        "tokens": list(res.sequences_ids[0]),
+        "breakdown_ms": {"features": ms(started, t_feat), "encoder": ms(t_feat, t_enc),
+                         "language_detection": ms(t_enc, t_lang), "generate": ms(t_lang, done)},
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="base")
-    parser.add_argument("--out", default="-", help="JSON output path (default: stdout)")
-    parser.add_argument("--repeat", type=int, default=2, help="interleaved rounds over all clips")
-    parser.add_argument("--spec-compute", default="auto")
-    parser.add_argument("--threads", type=int, default=0, help="threads for both engines (0: library default)")
-    parser.add_argument("--clips", default="", help="comma-separated subset of clip names")
-    args = parser.parse_args(argv)
-
-    import torch
+def bench_engines(engines: Engines, compute_type: str, threads: int, clips: dict, repeat: int) -> dict:
     from faster_whisper import WhisperModel
-
-    from specscribe.models.engines import EngineOptions
     from specscribe.models.registry import resolve_model
-    from specscribe.models.spec_engine import SpecEngine
 
-    folder = resolve_model(args.model)
-    clips = load_clips()
-    if args.clips:
-        clips = {k: v for k, v in clips.items() if k in args.clips.split(",")}
-    rss0 = rss_mb()
-    t = time.perf_counter()
-    spec = SpecEngine(folder, EngineOptions(engine="spec", model=args.model, compute_type=args.spec_compute, threads=args.threads))
-    spec_load_s, rss1 = time.perf_counter() - t, rss_mb()
-    t = time.perf_counter()
-    fw = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=args.threads)
-    ct2_load_s, rss2 = time.perf_counter() - t, rss_mb()
-    timer = ForwardTimer()
-
-    first = next(iter(clips.values()))  # warm-up, not timed
-    run_spec(spec, timer, first)
-    run_ct2(fw, first)
-
-    runs: dict[str, dict[str, list]] = {name: {"spec": [], "ct2": []} for name in clips}
-    for rep in range(args.repeat):
-        for i, (name, audio) in enumerate(clips.items()):
-            order = ("spec", "ct2") if (rep + i) % 2 == 0 else ("ct2", "spec")
-            for engine in order:
-                r = run_spec(spec, timer, audio) if engine == "spec" else run_ct2(fw, audio)
-                runs[name][engine].append(r)
-                print(f"{name:18s} {engine:4s} {r['wall_ms']:9.1f} ms", file=sys.stderr)
-
+    spec = engines.get(compute_type, "auto")
+    started = time.perf_counter()
+    fw = WhisperModel(str(resolve_model(engines.model)), device="cpu", compute_type="int8", cpu_threads=threads)
+    engines.load_s["ct2/int8"] = round(time.perf_counter() - started, 2)
+    runs = {name: {"spec": [], "ct2": []} for name in clips}
+    with PassTimer(spec) as timer:
+        first = next(iter(clips.values()))  # warm-up, not timed
+        run_spec(spec, timer, first)
+        run_ct2(fw, first)
+        for rnd in range(repeat):
+            for i, (name, audio) in enumerate(clips.items()):
+                for side in ("spec", "ct2")[:: 1 if (rnd + i) % 2 == 0 else -1]:
+                    runs[name][side].append(run_spec(spec, timer, audio) if side == "spec" else run_ct2(fw, audio))
+                    log(f"engines {name:18s} {side:4s} {runs[name][side][-1]['wall_ms']:9.1f} ms")
     per_clip = {}
     for name, audio in clips.items():
-        s = statistics.median(r["wall_ms"] for r in runs[name]["spec"])
-        c = statistics.median(r["wall_ms"] for r in runs[name]["ct2"])
-        last_s, last_c = runs[name]["spec"][-1], runs[name]["ct2"][-1]
+        (s, last_s), (c, last_c) = ((summary([r["wall_ms"] for r in rs]), rs[-1]) for rs in runs[name].values())
         per_clip[name] = {
             "audio_s": round(len(audio) / 16000, 2),
             "spec_ms": s,
             "ct2_ms": c,
-            "ratio_spec_over_ct2": round(s / c, 3),
+            "ratio_spec_over_ct2": round(s["median"] / c["median"], 3),
             "spec_tokens": len(last_s["tokens"]),
             "ct2_tokens": len(last_c["tokens"]),
             "same_tokens": last_s["tokens"] == last_c["tokens"],
+            "spec_acceptance": last_s["acceptance"],
             "spec_breakdown_ms": last_s["breakdown_ms"],
             "ct2_breakdown_ms": last_c["breakdown_ms"],
         }
-    total_s = sum(v["spec_ms"] for v in per_clip.values())
-    total_c = sum(v["ct2_ms"] for v in per_clip.values())
-    keys = ("features", "encoder", "cross_kv", "language_detection", "prompt_pass", "decoder_steps", "rules_and_overhead")
-    spec_total_breakdown = {k: round(sum(v["spec_breakdown_ms"][k] for v in per_clip.values()), 1) for k in keys}
-    steps = sum(v["spec_breakdown_ms"]["n_steps"] for v in per_clip.values())
-    report = {
-        "model": args.model,
-        "spec_compute_type": spec.compute_type,
+    total = {side: round(sum(v[f"{side}_ms"]["median"] for v in per_clip.values()), 1) for side in ("spec", "ct2")}
+    keys = [k for k in next(iter(per_clip.values()))["spec_breakdown_ms"] if k != "ms_per_step"]
+    breakdown = {k: round(sum(v["spec_breakdown_ms"][k] for v in per_clip.values()), 1) for k in keys}
+    return {
+        "spec_compute_type": compute_type,
+        "spec_draft": "auto",
         "ct2_compute_type": "int8",
-        "torch_threads": torch.get_num_threads(),
-        "threads_option": args.threads,
-        "repeat": args.repeat,
-        "load_s": {"spec": round(spec_load_s, 2), "ct2": round(ct2_load_s, 2)},
-        "rss_mb": {"before": round(rss0), "after_spec_load": round(rss1), "after_ct2_load": round(rss2), "peak": round(peak_rss_mb())},
-        "total_ms": {"spec": round(total_s, 1), "ct2": round(total_c, 1), "ratio_spec_over_ct2": round(total_s / total_c, 3)},
-        "spec_breakdown_total_ms": spec_total_breakdown,
-        "spec_ms_per_decoder_step": round(spec_total_breakdown["decoder_steps"] / steps, 2) if steps else None,
+        "total_median_ms": {**total, "ratio_spec_over_ct2": round(total["spec"] / total["ct2"], 3)},
+        "spec_breakdown_total_ms": breakdown,  # of each clip's last round
+        "spec_ms_per_decoder_step": round(breakdown["decoder_steps"] / breakdown["n_steps"], 2) if breakdown["n_steps"] else None,
         "clips": per_clip,
+    }
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="base")
+    p.add_argument("--out", default="-", help="JSON output path (default: stdout)")
+    p.add_argument("--repeat", type=int, default=3, help="interleaved rounds per section")
+    p.add_argument("--sections", default=",".join(SECTIONS), help="comma list of " + ", ".join(SECTIONS))
+    p.add_argument("--compute-types", default="float32,bfloat16", help="compute types of pass_ms; TYPE:N sets the pass block to N rows")
+    p.add_argument("--spec-compute", default="auto", help="compute type of throughput and engines")
+    p.add_argument("--threads", type=int, default=0, help="threads for both engines (0: library default)")
+    p.add_argument("--clips", default="", help="comma list of clips for engines (default: all)")
+    p.add_argument("--rows", default="1,2,4,8,16,32,64", help="rows per pass (pass_ms by_rows)")
+    p.add_argument("--seqs", default="1,4,8,16", help="sequences per pass (pass_ms by_sequences)")
+    p.add_argument("--batches", default="1,4,8,16", help="windows decoded together (throughput)")
+    args = p.parse_args(argv)
+    args.sections = [s for s in args.sections.split(",") if s]
+    if not args.sections or set(args.sections) - set(SECTIONS):
+        p.error(f"--sections: a comma list of {', '.join(SECTIONS)}")
+    if args.repeat < 1 or min([*ints(args.rows), *ints(args.seqs), *ints(args.batches)] or [0]) < 1:
+        p.error("--repeat, --rows, --seqs and --batches need positive values")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from specscribe.models.compute import resolve_compute_type
+
+    from specscribe.machine import machine_info
+
+    def resolve(t: str) -> str:  # "auto:8" -> "bfloat16:8"
+        name, sep, rows = t.partition(":")
+        return resolve_compute_type(name, "cpu") + sep + rows
+
+    types = list(dict.fromkeys(resolve(t) for t in args.compute_types.split(",") if t))
+    spec = resolve_compute_type(args.spec_compute, "cpu")
+    pool, engines, sections = window_pool(), Engines(args.model, args.threads), {}
+    if "pass_ms" in args.sections:
+        sections["pass_ms"] = bench_pass_ms(engines, types, ints(args.rows), ints(args.seqs), pool, args.repeat)
+    if "throughput" in args.sections:
+        sections["throughput"] = bench_throughput(engines, spec, ints(args.batches), pool, args.repeat)
+    if "engines" in args.sections:
+        clips = [*list(pool)[:8], "physicsworks@0s"]
+        wanted = args.clips.split(",") if args.clips else clips
+        if missing := [n for n in wanted if n not in clips]:
+            raise SystemExit(f"unknown clips {missing}; choose from {', '.join(clips)}")
+        sections["engines"] = bench_engines(engines, spec, args.threads, {n: pool[n] for n in wanted}, args.repeat)
+    ran = list(dict.fromkeys(ct for ct, _ in engines.loaded))
+    report = {
+        "machine": {**machine_info(spec if spec in ran else ran[0]), "compute_types": ran},
+        "model": args.model,
+        "repeat": args.repeat,
+        "threads_option": args.threads,
+        "load_s": engines.load_s,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        **sections,
     }
     text = json.dumps(report, indent=2)
     if args.out == "-":
         print(text)
     else:
         Path(args.out).write_text(text + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
+        log(f"wrote {args.out}")
     return 0
 
 
