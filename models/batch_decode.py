@@ -12,10 +12,13 @@ cross-attention K/V, KV cache, pending tokens, drafter and draft length. A step:
 Row budget: rows are padded up to the pass's block (``PassShape.rows``), so a pass of B pending
 rows has room for drafts up to the next multiple of the block at no extra linear cost. In a
 batch, drafts get that room and no more (shared round-robin, so no sequence always drafts
-first); a sequence alone drafts as far as its own controller wants (a streaming re-decode
-verifies up to 32 hypothesis tokens a pass). Each sequence's controller (``DraftLength``)
-measures the whole step as its verify time, so drafting switches itself off where the batch
-already fills the pass.
+first), and only cheap drafters (lookups: previous hypothesis, n-gram) draft at all: a draft
+decoder's steps run one sequence at a time, and beside a batched pass they cost more than they
+save (scripts/bench_engines.py throughput: at 4 and 16 windows, 98 and 158 tokens/s with it
+against 116 and 185 without). A sequence alone drafts as far as its own controller wants (a
+streaming re-decode verifies up to 32 hypothesis tokens a pass). Each sequence's controller
+(``DraftLength``) measures the whole step as its verify time, so drafting switches itself off
+where it does not pay.
 
 With a batch-invariant target (models/invariant.py) every sequence's tokens are bitwise what
 it would decode alone, whatever joins or leaves.
@@ -109,7 +112,7 @@ class BatchDecoder(Generic[Tag]):
         n = len(running)
         order = [(self._turn + i) % n for i in range(n)]
         self._turn = (self._turn + 1) % n
-        wants = {i: running[i][1].wanted_drafts() for i in order}
+        wants = {i: running[i][1].wanted_drafts() if running[i][1].cheap_drafter else 0 for i in order}
         while room > 0 and any(wants[i] > limits[i] for i in order):
             for i in order:  # one token at a time, round-robin
                 if room > 0 and wants[i] > limits[i]:

@@ -112,8 +112,8 @@ def pass_rows_for(compute_type: str, device: str) -> int:
     step and the unit in which a batched pass grows. Measured on a 2-core Xeon with AVX512-BF16
     (scripts/bench_engines.py pass_ms, docs/benchmarks.md): bf16 blocks of 8 cost 13 ms for one
     row, 26 ms for 8 sequences and 49 ms for 16 (blocks of 16: 17, 29, 45 ms; of 4: 11, 36,
-    61 ms); float32 blocks of 8: 16, 36, 72 ms. 8 serves a lone decode and the default batch of
-    8 best. CUDA: untested here, 16.
+    61 ms); float32 blocks of 8: 16, 36, 72 ms. 8 keeps a lone decode (streaming, one short file)
+    cheap and costs a batch of 16 no more per token than blocks of 16 do. CUDA: untested here, 16.
     """
     if device == "cuda":
         return 16

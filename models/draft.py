@@ -224,6 +224,7 @@ class DraftDecoderDrafter:
     """
 
     name = "decoder"
+    cheap = False  # a model: each proposed token is a draft-decoder step of its own
 
     def __init__(
         self,

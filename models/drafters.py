@@ -39,6 +39,7 @@ class Drafter(Protocol):
     """Proposes tokens for the target to verify. One decode: begin, (propose, accept)*, finish."""
 
     name: str
+    cheap: bool  # proposing costs next to nothing beside a target pass (a lookup, not a model)
 
     def begin(self, prompt: Sequence[int], temperature: float = 0.0, generator: torch.Generator | None = None) -> None:
         """Start a decode after ``prompt`` (the start sequence); sample at ``temperature`` > 0."""
@@ -58,7 +59,9 @@ class Drafter(Protocol):
 
 
 class _NoState:
-    """Defaults for drafters without a cache."""
+    """Defaults for drafters without a cache (lookups: cheap)."""
+
+    cheap = True
 
     def begin(self, prompt: Sequence[int], temperature: float = 0.0, generator: torch.Generator | None = None) -> None:
         self.prompt = list(prompt)
@@ -159,6 +162,7 @@ class ChainDrafter:
             raise ValueError("ChainDrafter needs at least one drafter")
         self.drafters = list(drafters)
         self.name = "+".join(d.name for d in self.drafters)
+        self.cheap = all(d.cheap for d in self.drafters)
 
     def begin(self, prompt: Sequence[int], temperature: float = 0.0, generator: torch.Generator | None = None) -> None:
         for d in self.drafters:

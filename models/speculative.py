@@ -200,6 +200,11 @@ class SpecSequence:
             drafter.begin(self.prompt, options.temperature, generator)
 
     @property
+    def cheap_drafter(self) -> bool:
+        """Whether this sequence drafts with lookups only (see Drafter.cheap)."""
+        return self.drafter is not None and self.drafter.cheap
+
+    @property
     def done(self) -> bool:
         return self.finished or len(self.generated) >= self.limit
 

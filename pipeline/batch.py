@@ -35,7 +35,7 @@ from specscribe.pipeline.writers import WriterOptions, output_paths, write_outpu
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 8  # scripts/bench_batch.py "batch_sizes" (docs/benchmarks.md)
+DEFAULT_BATCH_SIZE = 16  # the fastest of 1, 4, 8, 16 in scripts/bench_batch.py (docs/benchmarks.md)
 MEDIA_EXTENSIONS = frozenset(
     "wav flac mp3 m4a aac ogg oga opus wma aif aiff alac amr au caf mka webm "
     "mp4 m4v mkv mov avi mpg mpeg ts mts 3gp flv wmv".split()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specscribe.commands.engine_args import add_engine_args, engine_options
 
-DEFAULT_BATCH_SIZE = 8  # = pipeline.batch.DEFAULT_BATCH_SIZE (not imported here: the parser stays light)
+DEFAULT_BATCH_SIZE = 16  # = pipeline.batch.DEFAULT_BATCH_SIZE (not imported here: the parser stays light)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

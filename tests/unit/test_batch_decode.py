@@ -119,3 +119,20 @@ def test_step_stats_count_rows_and_drafts():
     first, second = batch.steps
     assert (first.sequences, first.rows, first.drafted) == (1, len(PROMPT) + 2, 2)
     assert (second.rows, second.drafted) == (3, 2)
+
+
+def test_in_a_batch_a_model_drafter_waits_and_a_lookup_drafts():
+    class ModelScript(ScriptDrafter):
+        cheap = False
+
+    runner = Runner()
+    batch = BatchDecoder(block=8, runner=runner)
+    model = ModelScript(oracle(tale(0)))
+    batch.add("model", sequence(0, model, k_init=4, adaptive=False))
+    batch.add("lookup", sequence(1, ScriptDrafter(oracle(tale(1))), k_init=4, adaptive=False))
+    batch.step()
+    batch.step()
+    assert model.asked == [] and runner.passes[1][1][1] == 5  # 1 pending + 4 drafted by the lookup
+    batch.cancel("lookup")
+    batch.step()  # alone now: the model drafter drafts
+    assert model.asked and runner.passes[2][0][1] == 5

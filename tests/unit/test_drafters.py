@@ -52,6 +52,7 @@ def test_ngram_proposes_what_followed_the_latest_match():
 def test_chain_takes_first_non_empty_and_forwards_every_call():
     class Spy:
         name = "spy"
+        cheap = True
 
         def __init__(self, tokens):
             self.tokens, self.calls = tokens, []

@@ -112,6 +112,7 @@ class ScriptDrafter:
     """Proposes from a function of the generated tokens; records the k it was asked for."""
 
     name = "script"
+    cheap = True  # a lookup, as far as the batch is concerned (tests/unit/test_batch_decode.py)
 
     def __init__(self, fn: Callable[[list[int], int], list[int]], clock=None, cost_s=0.0):
         self.fn, self.asked, self.accepted_calls = fn, [], []
@@ -316,6 +317,7 @@ class SamplingDrafter:
     """Samples from its own (different) distribution q and reports it."""
 
     name = "q"
+    cheap = False
     Q = torch.tensor([[0.1, 0.6, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1], [0.05, 0.05, 0.1, 0.8]])
 
     def begin(self, prompt, temperature=0.0, generator=None):
