@@ -23,13 +23,17 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Sequence, TextIO
+from typing import Callable, Iterator, Sequence, TextIO
+
+import numpy as np
 
 from specscribe.models.engines import EngineOptions, Transcriber
 from specscribe.models.errors import ModelError
 from specscribe.pipeline.audio import SAMPLE_RATE, AudioError, load_audio
 from specscribe.pipeline.lanes import Lane, LaneRunner
-from specscribe.pipeline.longform import LongformOptions, Transcript, lane_program, merge_lanes, plan_file, split_lanes
+from specscribe.pipeline.longform import (
+    FilePlan, LaneOutput, LongformOptions, Transcript, lane_program, merge_lanes, plan_file, split_lanes,
+)
 from specscribe.pipeline.progress import BatchProgress
 from specscribe.pipeline.writers import WriterOptions, output_paths, write_outputs
 
@@ -161,14 +165,28 @@ def lanes_for_file(batch_size: int, seconds: float, seconds_left: float) -> int:
     return max(1, min(batch_size, math.ceil(batch_size * seconds / seconds_left - 1e-9)))
 
 
+@dataclass
+class _FileJob:
+    """A file whose lanes are in flight: what merging and writing it needs."""
+
+    item: InputItem
+    audio: np.ndarray  # (n,) float32 16 kHz
+    plan: FilePlan
+    lanes: int
+    started: float  # perf_counter when its reading began
+    outputs: dict[int, LaneOutput] = field(default_factory=dict)
+
+
+Report = Callable[[InputItem, "Transcript | None", str], None]  # (item, transcript or None, reason)
+
+
 class _FileRun:
     """Items -> lanes -> transcripts -> outputs, over one transcriber (one process)."""
 
-    def __init__(self, transcriber: Transcriber, options: BatchOptions, progress: BatchProgress | None, report):
-        self.transcriber, self.options, self.progress = transcriber, options, progress
-        self.report = report  # report(item, transcript or None, reason)
+    def __init__(self, transcriber: Transcriber, options: BatchOptions, progress: BatchProgress | None, report: Report):
+        self.transcriber, self.options, self.progress, self.report = transcriber, options, progress, report
         self.runner = LaneRunner(transcriber.decode_loop(), max(1, options.batch_size))
-        self._files: dict[int, dict] = {}
+        self._files: dict[int, _FileJob] = {}
 
     def run(self, items: Sequence[InputItem], durations: Sequence[float]) -> None:
         """durations: each item's probed seconds (0 if unknown), for the lane layout."""
@@ -191,8 +209,7 @@ class _FileRun:
                 continue
             left = duration + sum(durations[n + 1 :])
             stretches = split_lanes(plan.windows, lanes_for_file(self.options.batch_size, duration, left))
-            job = {"item": item, "audio": audio, "plan": plan, "outputs": {}, "lanes": len(stretches), "started": started}
-            self._files[n] = job
+            self._files[n] = _FileJob(item, audio, plan, len(stretches), started)
             if not stretches:  # no speech at all
                 self._finish(n)
                 continue
@@ -206,23 +223,22 @@ class _FileRun:
         job = self._files.get(key[0])
         if job is None:
             return
-        job["outputs"][key[1]] = output
-        if len(job["outputs"]) == job["lanes"]:
+        job.outputs[key[1]] = output
+        if len(job.outputs) == job.lanes:
             self._finish(key[0])
 
     def _lane_failed(self, key: tuple[int, int], exc: BaseException) -> None:
         job = self._files.get(key[0])
         if job is not None:
-            self._fail(key[0], job["item"], exc)
+            self._fail(key[0], job.item, exc)
 
     def _finish(self, n: int) -> None:
         job = self._files.pop(n)
-        item, audio = job["item"], job["audio"]
-        duration = len(audio) / SAMPLE_RATE
-        outputs = [job["outputs"][i] for i in range(job["lanes"])]
+        item, duration = job.item, len(job.audio) / SAMPLE_RATE
+        outputs = [job.outputs[i] for i in range(job.lanes)]
         try:
-            transcript = merge_lanes(job["plan"], outputs, self.options.longform, item.display, duration,
-                                     time.perf_counter() - job["started"])
+            transcript = merge_lanes(job.plan, outputs, self.options.longform, item.display, duration,
+                                     time.perf_counter() - job.started)
             write_outputs(transcript, self.options.output_dir / item.stem, self.options.formats, self.options.writer)
         except Exception as exc:
             self._files[n] = job
@@ -235,7 +251,7 @@ class _FileRun:
     def _fail(self, n: int, item: InputItem, exc: BaseException) -> None:
         log.debug("failed on %s", item.display, exc_info=exc)
         job = self._files.pop(n, None)
-        for i in range(job["lanes"] if job else 0):
+        for i in range(job.lanes if job else 0):
             self.runner.cancel((n, i))
         if self.progress is not None:
             self.progress.finish_file(n)
