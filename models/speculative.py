@@ -17,8 +17,9 @@ Each round emits (accepted + 1) tokens for one target pass, stopping early at en
 the length limit. Both KV caches are then cropped so that they hold the prompt and every emitted
 token except the last one, which opens the next round.
 
-Greedy output equals what the target decodes alone token for token, up to floating-point
-differences between a (k+1)-token pass and a 1-token pass (near ties; see scripts/bench_speculative.py).
+Greedy output equals what the target decodes alone token for token, at every compute type: a
+batch-invariant target (models/invariant.py) gives a row the same bits in a (k+1)-token pass, a
+1-token pass, or a pass shared with other sequences.
 Sampling output has exactly the target's distribution (Leviathan et al. 2023, Chen et al. 2023).
 """
 
