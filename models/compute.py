@@ -1,24 +1,20 @@
 """Compute type by hardware, overridable.
 
-A compute type names the encoder's and the decoder's precision:
-- ``float32``, ``bfloat16``, ``float16``: the torch model in that dtype, encoder and decoder;
-- ``int8_bfloat16``, ``int8_float32`` (and ``int8``, faster-whisper's name for the latter): the
-  encoder runs in CTranslate2 at int8 (models/ct2_encoder.py), the torch decoder in bf16 / float32.
+CPU: bf16 with AVX512-BF16/AMX; else ``int8_float32`` (int8 dynamic encoder, float32 decoder);
+else float32. CUDA: float16.
 
-``auto``: CUDA float16. CPU: ``bfloat16`` with AMX (its bf16 tiles make the torch encoder the
-fastest there); ``int8_bfloat16`` with AVX512-BF16 but no AMX; else ``int8_float32``.
-Measured on a 2-core Xeon with AVX512-BF16 and no AMX (docs/benchmarks.md): a 30 s window takes
-0.65-0.75 s in the torch bf16 encoder, 0.45-0.55 s in CTranslate2's int8 encoder, 1.0 s in torch's
-dynamic int8 and 1.45 s in float32.
-
-Why the decoder is never quantized: torch's dynamic int8 Linear scales its input with ONE scale
-for the whole pass, so one row's logits depend on the other rows, and a verify pass or a batch
-would no longer give a row the bits of a one-token step (measured: 6 of 36 decodes differed).
-A float or bf16 decoder can be made row-independent (models/invariant.py).
+Why the decoder stays float32 under int8: torch's dynamic int8 Linear quantizes its input with ONE
+scale for the whole (T, d) activation, so the logits of one row depend on the other rows of the
+pass. A speculative verify pass over k+1 tokens then gives different logits than k+1 single
+steps, and the output is no longer the target's own (measured: 6 of 36 decodes differed). A
+float32 decoder can be made row-independent (models/invariant.py), so speculation and batching
+stay lossless; the encoder, which dominates CPU time and runs once per window, keeps the int8
+speed-up. ``int8`` is accepted as faster-whisper's name and loads the same model as
+``int8_float32``: a decoder whose text changes with the batch would not be lossless.
 
     resolve_device("auto") -> "cuda" | "cpu"
-    resolve_compute_type("auto", "cpu") -> "bfloat16" | "int8_bfloat16" | "int8_float32" | "float32"
-    model = prepare_model(model, "int8_bfloat16", "cpu")      # the torch model for that type
+    resolve_compute_type("auto", "cpu") -> "bfloat16" | "int8_float32" | "float32"
+    model = prepare_model(model, "int8", "cpu")
 """
 
 from __future__ import annotations
@@ -29,15 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32", "int8_bfloat16")
-CT2_ENCODER_TYPES = ("int8", "int8_float32", "int8_bfloat16")  # the encoder runs in CTranslate2 at int8
-
-
-def decoder_dtype(compute_type: str) -> torch.dtype:
-    """The torch model's dtype under a concrete compute type."""
-    if compute_type in ("bfloat16", "int8_bfloat16"):
-        return torch.bfloat16
-    return torch.float16 if compute_type == "float16" else torch.float32
+COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32")
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
@@ -60,12 +48,8 @@ def cpu_has_fast_bf16(flags: set[str] | None = None) -> bool:
 
 
 def int8_supported() -> bool:
-    """Whether CTranslate2 runs int8 on this CPU (the int8 compute types' encoder)."""
-    try:
-        import ctranslate2
-    except ImportError:
-        return False
-    return "int8" in ctranslate2.get_supported_compute_types("cpu")
+    """Dynamic int8 quantization needs a quantized engine (fbgemm on x86, qnnpack on ARM)."""
+    return any(e != "none" for e in torch.backends.quantized.supported_engines)
 
 
 def resolve_device(device: str) -> str:
@@ -84,16 +68,13 @@ def resolve_compute_type(requested: str, device: str, flags: set[str] | None = N
         raise ValueError(f"unknown compute type {requested!r}; choose {', '.join(COMPUTE_TYPES)}")
     if requested != "auto":
         if device == "cuda" and requested.startswith("int8"):
-            raise ValueError("the int8 compute types run on CPU only (CTranslate2's encoder); use float16 on CUDA")
+            raise ValueError("int8 dynamic quantization runs on CPU only; use float16 on CUDA")
         return requested
     if device == "cuda":
         return "float16"
-    flags = cpu_flags() if flags is None else flags
-    if "amx_bf16" in flags:
+    if cpu_has_fast_bf16(flags):
         return "bfloat16"
-    if not int8_supported():
-        return "bfloat16" if cpu_has_fast_bf16(flags) else "float32"
-    return "int8_bfloat16" if cpu_has_fast_bf16(flags) else "int8_float32"
+    return "int8_float32" if int8_supported() else "float32"
 
 
 def set_threads(threads: int) -> None:
@@ -103,21 +84,25 @@ def set_threads(threads: int) -> None:
 
 
 def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module:
-    """Move and convert a float32 Whisper model for compute_type (concrete, not "auto"). Under the
-    int8 types its torch encoder is not used (CTranslate2 encodes) and stays as it is loaded."""
-    return model.to(device=device, dtype=decoder_dtype(compute_type))
+    """Move and convert a float32 model for compute_type (concrete, not "auto")."""
+    model = model.to(device)
+    if compute_type == "float32":
+        return model
+    if compute_type in ("bfloat16", "float16"):
+        return model.to(getattr(torch, compute_type))
+    if compute_type in ("int8", "int8_float32"):
+        # Per-output-channel scales, as CTranslate2's int8: per-tensor scales made base stop
+        # early on the German half of multilingual.mp3 (53 tokens instead of 127).
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-
-def quantize_int8(module: nn.Module) -> nn.Module:
-    """Dynamic int8 for every nn.Linear of a module, in place (a draft decoder's own layers: a
-    draft need not be row-independent, the target verifies every token). Per-output-channel
-    scales, as CTranslate2's int8."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    with warnings.catch_warnings():  # torch.ao's deprecation notice, not actionable for users
-        warnings.simplefilter("ignore")
-        quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
-    return module
+        # A Whisper model's decoder is never quantized (see the module docstring), so "int8" and
+        # "int8_float32" load the same model; other modules (a draft's own layers) are quantized whole.
+        target = getattr(model, "encoder", model)
+        with warnings.catch_warnings():  # torch.ao's deprecation notice, not actionable for users
+            warnings.simplefilter("ignore")
+            quantize_dynamic(target, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+        return model
+    raise ValueError(f"unknown compute type {compute_type!r}")
 
 
 def pass_rows_for(compute_type: str, device: str) -> int:

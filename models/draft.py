@@ -113,11 +113,11 @@ class DraftDecoder:
 
     def quantize_int8(self) -> None:
         """Dynamic int8 for the draft's own layers and its reduced head (not the shared full head)."""
-        from specscribe.models.compute import quantize_int8
+        from specscribe.models.compute import prepare_model
 
-        quantize_int8(self.decoder.layers)
+        self.decoder.layers = prepare_model(self.decoder.layers, "int8", "cpu")
         if self.vocab_ids is not None:
-            self.decoder.proj = quantize_int8(nn.ModuleList([self.decoder.proj]))[0]
+            self.decoder.proj = prepare_model(nn.ModuleList([self.decoder.proj]), "int8", "cpu")[0]
 
     # --- checkpoints ----------------------------------------------------------------------
     def metadata(self, target_sha256: str) -> dict[str, str]:
@@ -342,7 +342,7 @@ def load_draft_decoder(
     if mismatch_ok and checkpoint_target(path) != sha:
         return None
     draft = DraftDecoder.load(path, target, sha)
-    if compute_type in ("int8", "int8_float32"):  # a float32 decoder: int8 drafts are faster
+    if compute_type in ("int8", "int8_float32"):
         draft.quantize_int8()
     else:  # oneDNN-prepacked weights for its one-token steps (a plain, not batch-invariant, decoder)
         from specscribe.models.compute import pack_decoder

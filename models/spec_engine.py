@@ -1,10 +1,8 @@
-"""The `spec` engine: our torch Whisper decoder (models/whisper.py), speculative and batched,
-behind the Transcriber protocol.
+"""The `spec` engine: our torch Whisper (models/whisper.py) behind the Transcriber protocol.
 
 Features and tokens come from faster-whisper's own FeatureExtractor and Tokenizer, so a window
-gives the same input as in the ct2 engine. The encoder is the torch one, or CTranslate2's int8
-one under the int8 compute types (models/ct2_encoder.py). Every decode is a SpecSequence in a
-``SpecDecodeLoop``: ``decode`` runs one alone, ``decode_many`` and ``decode_loop`` many together.
+gives the same input as in the ct2 engine. Decoding is target-only greedy (or sampling) through
+``SpecEngine._generate``, the one place the speculative loop plugs into.
 
     engine = load_transcriber(EngineOptions(engine="spec", model="base"))
     enc = engine.encode(audio)                       # float32 16 kHz, <= 30 s
@@ -25,7 +23,6 @@ import numpy as np
 import torch
 
 from specscribe.models.compute import (
-    CT2_ENCODER_TYPES,
     pack_decoder,
     pass_rows_for,
     resolve_compute_type,
@@ -88,11 +85,6 @@ class SpecEngine:
         # converted once per (model, dtype) into specscribe_home()/cache, then memory-mapped
         model, self.dims = load_whisper_model(folder, self.compute_type, self.device, str(options.model))
         self.model: WhisperModel = model  # already through prepare_model
-        self.ct2_encoder = None
-        if self.device == "cpu" and self.compute_type in CT2_ENCODER_TYPES:
-            from specscribe.models.ct2_encoder import Ct2Encoder
-
-            self.ct2_encoder = Ct2Encoder(folder, options.threads)
         # every target pass runs at fixed shapes, so batching and drafting never change a row's bits
         shape = PassShape(rows=options.pass_rows or pass_rows_for(self.compute_type, self.device))
         self.model.decoder.pass_shape = shape
@@ -183,10 +175,7 @@ class SpecEngine:
         frames = encoder_frames(window, duration)
         mel = self.features(audio)[:, :frames]  # (n_mels, frames)
         mid = time.perf_counter()
-        if self.ct2_encoder is not None:  # the int8 compute types: CTranslate2's int8 encoder
-            enc = self.ct2_encoder(mel)  # (1, frames // 2, d) float32
-        else:
-            enc = self.model.encode(torch.from_numpy(mel).unsqueeze(0).to(self.device))  # (1, frames // 2, d)
+        enc = self.model.encode(torch.from_numpy(mel).unsqueeze(0).to(self.device))  # (1, frames // 2, d)
         self.times.features += (mid - started) * 1000
         self.times.encoder += (time.perf_counter() - mid) * 1000
         return EncodedAudio(duration=duration, handle=enc)

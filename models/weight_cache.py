@@ -2,8 +2,8 @@
 
 The first load per (model, stored dtype) reads model.bin (models/weights.py), converts it and
 writes the state dict as ``<cache_dir>/<model>-<dtype>.safetensors``; later loads map that file
-(no copy) into a model built on the meta device. The int8 compute types store the weights of
-their torch decoder's dtype (their encoder runs in CTranslate2: models/ct2_encoder.py). The metadata names the source model.bin (sha256, size,
+(no copy) into a model built on the meta device. The int8 compute types store float32 weights
+and quantize at load (prepare_model). The metadata names the source model.bin (sha256, size,
 mtime_ns): a catalogue model is checked against the catalogue's sha256 without hashing, a user
 folder's model.bin is re-hashed only when its size or mtime changed. A missing, stale, truncated
 or unreadable file is rebuilt (debug log); writes go through a temp file and os.replace, and an
@@ -36,9 +36,8 @@ from specscribe.models.whisper import WhisperModel
 log = logging.getLogger(__name__)
 
 FORMAT = "specscribe-weight-cache/1"
-STORED_DTYPE = {  # compute type -> dtype of the cached weights (the torch model's: compute.decoder_dtype)
+STORED_DTYPE = {  # compute type -> dtype of the cached weights (int8: float32, quantized at load)
     "float32": "float32", "int8": "float32", "int8_float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
-    "int8_bfloat16": "bfloat16",
 }  # fmt: skip
 TIED = "decoder.proj.weight"  # the output head: the token embedding's tensor, not stored twice
 STALE_TEMP_SECONDS = 600  # temp files older than this are left-overs of a killed writer

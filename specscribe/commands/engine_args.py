@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32", "int8_bfloat16")  # = models/compute.py
+COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32")  # = models/compute.py
 
 
 def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--device") -> None:
@@ -17,8 +17,7 @@ def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--devic
     g.add_argument(device_flag, dest="model_device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="where the model runs (default: auto)")
     g.add_argument("--compute-type", default="auto", choices=COMPUTE_TYPES,
-                   help="auto: bfloat16 with AMX; int8_bfloat16 (CTranslate2 int8 encoder, bf16 decoder) with "
-                   "AVX512-BF16; else int8_float32; float16 on CUDA")
+                   help="auto: bf16 on CPUs with AMX/AVX512-BF16, else int8 encoder + float32 decoder; float16 on CUDA")
     g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"),
                    help="drafter for the spec engine (none: plain target greedy on the same engine)")
     g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (safetensors)")
