@@ -30,6 +30,11 @@ Windows: the eight evaluation windows (specscribe.clips), then 30 s windows of p
 ("physicsworks@30s" starts at 30 s: every 30 s, then the 15 s offsets), each encoded once, untimed.
 The engines clips: the evaluation windows and physicsworks@0s.
 
+Known caveat: `engines` runs CTranslate2 and torch in one process, and once CTranslate2 has run,
+torch's passes are about 1.7x slower (two OpenMP runtimes; docs/benchmarks.md). Its spec figures are
+too slow; run that section in a process of its own, last, and read it with that in mind. The other
+sections run before CTranslate2 is loaded.
+
     python scripts/bench_engines.py --out bench.json [--repeat 3] [--sections pass_ms,throughput,engines]
         [--compute-types float32,bfloat16] [--spec-compute auto] [--threads 0] [--clips jfk,0870]
         [--rows 1,2,4,8,16,32,64] [--seqs 1,4,8,16] [--batches 1,4,8,16]
