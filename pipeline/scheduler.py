@@ -1,88 +1,298 @@
 """The one owner of the models: sessions submit model work here and await it.
 
-All model calls run one at a time on a single worker thread (torch and CTranslate2 already use
-every core for one call). Sessions are served round-robin: each session has its own FIFO, and the
-dispatcher takes one job from each waiting session in turn, so a client that floods work cannot
-starve the others.
+A job is ``fn(transcriber)``. It is either a plain call (its return value is the job's result)
+or a *program*: a generator that does its own encoding and alignment and ``yield``s a
+``DecodeCall`` whenever it needs a decode, receiving the WindowResult back (the same contract as
+the lanes of pipeline/lanes.py). The decodes of all running programs go to one ``DecodeLoop``,
+so every session's re-decode rides in the same target passes; with the spec engine's
+batch-invariant passes each decode is bitwise what it would be alone.
+
+All model work runs on one model thread, in a loop of its own (it never waits for the event
+loop): start jobs, one decode step, resume the programs whose decode finished, again.
+
+- Starting: one waiting job starts before each decode step (its encode, then its decode joins
+  the running ones), while fewer than ``width`` decodes run. So a long decode never holds back
+  another session's job, and a decode is never held back by more than one encode per step.
+  Encoding dominates an update's cost on CPU and batching it gains nothing there
+  (docs/benchmarks.md), so encodes run one by one.
+- Order: by priority (FINAL, then UPDATE, then BACKGROUND), round-robin between sessions within
+  a priority, so that no session waits behind another's stream of jobs. A BACKGROUND job
+  (translation, REST upload) that has waited ``background_wait`` seconds ranks as an UPDATE.
+- Load: the wait of caption jobs feeds pipeline/load.py's lag; sessions read ``load``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
-from typing import Any, Callable, TypeVar
+import enum
+import inspect
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, TypeVar
 
-from specscribe.models.engines import Transcriber
+from specscribe.models.engines import SequentialDecodeLoop, Transcriber
+from specscribe.pipeline.lanes import DecodeCall
+from specscribe.pipeline.load import LagMeter, Load, LoadPolicy
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
-Job = tuple[Callable[[Transcriber], Any], asyncio.Future]
+Program = Generator[DecodeCall, Any, T]
+
+
+class Priority(enum.IntEnum):
+    FINAL = 0  # an utterance's last decode: commits its text
+    UPDATE = 1  # a mid-utterance update: partials and early finals
+    BACKGROUND = 2  # translations, REST uploads: they fill the gaps
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """Attributes: width (decodes sharing one target pass at most); background_wait (seconds after
+    which a BACKGROUND job ranks as an UPDATE); load (the lag-to-level policy)."""
+
+    width: int = 16
+    background_wait: float = 10.0
+    load: LoadPolicy = field(default_factory=LoadPolicy)
+
+
+@dataclass(eq=False)
+class _Job:
+    session_id: str
+    fn: Callable[[Transcriber], Any]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    priority: Priority
+    submitted: float
+    program: Program | None = None
+    model_s: float = 0.0  # its own work plus its share of the passes it rode in
+
+
+def run_alone(transcriber: Transcriber, job: Callable[[Transcriber], Any]) -> Any:
+    """Run a job outside any scheduler (tests, tools): its decodes one by one."""
+    out = job(transcriber)
+    if not inspect.isgenerator(out):
+        return out
+    try:
+        call = next(out)
+        while True:
+            call = out.send(transcriber.decode(call.encoded, call.request))
+    except StopIteration as stop:
+        return stop.value
 
 
 class ModelScheduler:
-    """Round-robin, single-worker executor of model calls. Create and use it inside one event loop."""
+    """Priority, round-robin executor of model jobs on one model thread, decodes batched.
 
-    def __init__(self, transcriber: Transcriber) -> None:
-        self.transcriber = transcriber
-        self._queues: dict[str, collections.deque[Job]] = {}
-        self._ready: collections.deque[str] = collections.deque()  # sessions with queued jobs, in turn order
-        self._wakeup = asyncio.Event()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
-        self._task: asyncio.Task | None = None
+    Create it inside the event loop that will await its jobs; ``close`` it there.
+    """
+
+    def __init__(self, transcriber: Transcriber, options: SchedulerOptions = SchedulerOptions(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if options.width < 1:
+            raise ValueError(f"width must be >= 1, got {options.width}")
+        self.transcriber, self.options, self._clock = transcriber, options, clock
+        self._cond = threading.Condition()
+        self._waiting: collections.OrderedDict[str, collections.deque[_Job]] = collections.OrderedDict()
+        self._forgotten: set[str] = set()
+        self._closed = False
+        self._meter = LagMeter(options.load)
+        self._model_s: dict[str, float] = {}  # per open session, on the event loop's side
+        self._thread: threading.Thread | None = None
+        self._outstanding = 0  # jobs submitted and not yet returned (event loop side)
         self.jobs_done = 0
+        self.steps = 0  # decode steps (target passes shared by the running decodes)
+        self.shared_steps = 0  # steps that carried more than one decode
+        self.decodes = 0  # decodes those steps finished
 
-    async def run(self, session_id: str, fn: Callable[[Transcriber], T]) -> T:
-        """Run fn(transcriber) on the model thread, in this session's turn; returns its result."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._dispatch())
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        queue = self._queues.setdefault(session_id, collections.deque())
-        if not queue:
-            self._ready.append(session_id)
-        queue.append((fn, future))
-        self._wakeup.set()
-        return await future
+    # ---- event-loop side ------------------------------------------------------------------
+
+    async def run(self, session_id: str, fn: Callable[[Transcriber], T | Program],
+                  priority: Priority = Priority.UPDATE) -> T:
+        """Run fn(transcriber) (a plain call or a program) on the model thread; returns its result."""
+        loop = asyncio.get_running_loop()
+        job = _Job(session_id, fn, loop.create_future(), loop, Priority(priority), self._clock())
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the model scheduler is closed")
+            self._forgotten.discard(session_id)
+            self._model_s.setdefault(session_id, 0.0)
+            self._waiting.setdefault(session_id, collections.deque()).append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="model", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        self._outstanding += 1
+        try:
+            value = await job.future
+        finally:
+            self._outstanding -= 1
+        if session_id in self._model_s:  # not forgotten meanwhile
+            self._model_s[session_id] += job.model_s
+        return value
+
+    @property
+    def load(self) -> Load:
+        """The current load (pipeline/load.py); no lag while no job is waiting or running."""
+        return self._meter.load() if self._outstanding else Load()
+
+    def model_seconds(self, session_id: str) -> float:
+        """Model time spent on a session's jobs so far (its own work plus its share of passes)."""
+        return self._model_s.get(session_id, 0.0)
 
     def forget(self, session_id: str) -> None:
-        """Drop a closed session's queued jobs (their awaiters get CancelledError)."""
-        for _, future in self._queues.pop(session_id, ()):
-            future.cancel()
-        if session_id in self._ready:
-            self._ready.remove(session_id)
-
-    async def _dispatch(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            while not self._ready:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-            session_id = self._ready.popleft()
-            queue = self._queues.get(session_id)
-            if not queue:
-                continue
-            fn, future = queue.popleft()
-            if queue:
-                self._ready.append(session_id)  # back of the line: others go first
-            else:
-                self._queues.pop(session_id, None)
-            if future.cancelled():
-                continue
-            try:
-                result = await loop.run_in_executor(self._pool, fn, self.transcriber)
-            except Exception as exc:  # delivered to the session that asked
-                if not future.cancelled():
-                    future.set_exception(exc)
-            else:
-                if not future.cancelled():
-                    future.set_result(result)
-            self.jobs_done += 1
+        """Drop a closed session: its waiting jobs are cancelled, its running decodes stopped."""
+        with self._cond:
+            for job in self._waiting.pop(session_id, ()):
+                job.future.cancel()
+            self._forgotten.add(session_id)
+            self._cond.notify()
+        self._model_s.pop(session_id, None)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._cond:
+            self._closed = True
+            for jobs in self._waiting.values():
+                for job in jobs:
+                    job.future.cancel()
+            self._waiting.clear()
+            self._cond.notify()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+            self._thread = None
+
+    # ---- model thread ---------------------------------------------------------------------
+
+    def _work(self) -> None:
+        running: dict[int, _Job] = {}  # by decode tag
+        try:
+            self._serve(running)
+        except BaseException as exc:  # a scheduler fault: nobody may wait forever
+            log.exception("the model thread failed; model jobs fail from now on")
+            with self._cond:
+                self._closed = True
+                jobs = [*running.values(), *(job for queue in self._waiting.values() for job in queue)]
+                self._waiting.clear()
+            for job in jobs:
+                _settle(job, error=RuntimeError("the model scheduler failed"))
+
+    def _serve(self, running: dict[int, _Job]) -> None:
+        decodes = self._decode_loop()
+        tags = iter(range(1 << 62))
+        while True:
+            with self._cond:
+                while not self._closed and not running and not self._waiting:
+                    self._meter.reset()  # idle: the next busy spell starts without lag
+                    self._cond.wait()
+                if self._closed:
+                    break
+                self._drop_forgotten(decodes, running)
+                starts = self._pick(min(1, self.options.width - len(running)))
+            for job in starts:
+                if job.priority < Priority.BACKGROUND:
+                    self._meter.observe(self._clock() - job.submitted)
+                self._advance(job, None, next(tags), decodes, running)
+            if running:
+                started = time.perf_counter()
+                try:
+                    finished = decodes.step()
+                except Exception as exc:  # an engine fault: every running job gets it, the loop starts afresh
+                    for job in running.values():
+                        _settle(job, error=exc)
+                    running.clear()
+                    decodes = self._decode_loop()
+                    continue
+                share = (time.perf_counter() - started) / len(running)
+                for job in running.values():
+                    job.model_s += share
+                self.steps += 1
+                self.shared_steps += len(running) > 1
+                for tag, result in finished:
+                    job = running.pop(tag, None)
+                    if job is not None:
+                        self.decodes += 1
+                        self._advance(job, result, tag, decodes, running)
+        for tag, job in running.items():
+            decodes.cancel(tag)
+            _settle(job, cancel=True)
+
+    def _decode_loop(self) -> Any:
+        make = getattr(self.transcriber, "decode_loop", None)  # engines without one decode one by one
+        return make() if make is not None else SequentialDecodeLoop(self.transcriber)
+
+    def _pick(self, room: int) -> list[_Job]:
+        """Take up to room waiting jobs, best priority first, sessions in turn (caller holds the lock)."""
+        picked: list[_Job] = []
+        now = self._clock()
+        while len(picked) < room and self._waiting:
+            best: str | None = None
+            for session_id, jobs in self._waiting.items():  # in turn order: first best wins
+                if best is None or self._rank(jobs[0], now) < self._rank(self._waiting[best][0], now):
+                    best = session_id
+            jobs = self._waiting[best]
+            picked.append(jobs.popleft())
+            del self._waiting[best]
+            if jobs:
+                self._waiting[best] = jobs  # back of the line
+        return [job for job in picked if not job.future.cancelled()]
+
+    def _rank(self, job: _Job, now: float) -> int:
+        if job.priority == Priority.BACKGROUND and now - job.submitted >= self.options.background_wait:
+            return Priority.UPDATE
+        return job.priority
+
+    def _drop_forgotten(self, decodes, running: dict[int, _Job]) -> None:
+        for tag, job in list(running.items()):
+            if job.session_id in self._forgotten or job.future.cancelled():
+                decodes.cancel(tag)
+                del running[tag]
+                if job.program is not None:
+                    job.program.close()
+                _settle(job, cancel=True)
+        self._forgotten.clear()
+
+    def _advance(self, job: _Job, result: Any, tag: int, decodes, running: dict[int, _Job]) -> None:
+        """Start a job (result None) or resume its program with a decode's result."""
+        started = time.perf_counter()
+        try:
+            if job.program is None:
+                out = job.fn(self.transcriber)
+                if not inspect.isgenerator(out):
+                    return self._finish(job, started, value=out)
+                job.program = out
+                call = next(out)
+            else:
+                call = job.program.send(result)
+            decodes.submit(tag, call.encoded, call.request)
+            running[tag] = job
+            job.model_s += time.perf_counter() - started
+        except StopIteration as stop:
+            self._finish(job, started, value=stop.value)
+        except Exception as exc:  # delivered to the session that asked
+            self._finish(job, started, error=exc)
+
+    def _finish(self, job: _Job, started: float, value: Any = None, error: BaseException | None = None) -> None:
+        job.model_s += time.perf_counter() - started
+        self.jobs_done += 1
+        _settle(job, value=value, error=error)
+
+
+def _settle(job: _Job, value: Any = None, error: BaseException | None = None, cancel: bool = False) -> None:
+    """Deliver a job's outcome to its awaiter, on the awaiter's event loop."""
+
+    def deliver() -> None:
+        if job.future.done():
+            return
+        if cancel:
+            job.future.cancel()
+        elif error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(value)
+
+    try:
+        job.loop.call_soon_threadsafe(deliver)
+    except RuntimeError:  # the awaiter's loop is closed: nobody waits any more
+        pass

@@ -3,7 +3,9 @@
 Feed it audio with `insert_audio`, call `process()` whenever convenient (each call runs the VAD
 over the new audio and, when `update_interval` seconds of speech have arrived, one decode
 update), and `finish()` at the end. Each session owns all its state; model work goes through
-`ModelScheduler.run(session_id, job)`.
+`ModelScheduler.run(session_id, job, priority)`: an utterance's last decode is FINAL, the updates
+before it UPDATE, translations BACKGROUND. Under load (`scheduler.load`, pipeline/load.py) updates
+come further apart and translations wait for utterance ends; finals are never skipped.
 
 One update: encode the uncommitted buffer once (plus `encoder_pad` seconds, not a 30 s window), decode it (committed text as the prompt, the
 previous hypothesis as the speculative draft), align words, let the policy commit the words the
@@ -28,7 +30,7 @@ from specscribe.models.types import DecodeRequest, SpecStats, Word
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.policy import SENTENCE_END, LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
-from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.scheduler import ModelScheduler, Priority
 from specscribe.pipeline.stream_jobs import Hypothesis, max_tokens_for, transcribe_job, translate_job
 from specscribe.pipeline.types import CaptionEvent, StreamOptions
 from specscribe.pipeline.vad import SileroVad, VadEvent, VadOptions
@@ -99,7 +101,7 @@ class StreamSession:
         self._translated_until = 0.0
         self._stats = SpecStats()
         self._counts = collections.Counter()
-        self._compute_s = 0.0
+        self._model_s0 = scheduler.model_seconds(session_id)  # a connection's sessions share its id
         self._finished = False
 
     # ---- public API ----
@@ -145,11 +147,12 @@ class StreamSession:
     def stats(self) -> dict:
         """SpecStats totals plus stream figures (audio and compute seconds, real-time factor)."""
         audio_s = self._ring.end / SAMPLE_RATE
+        compute_s = self.scheduler.model_seconds(self.session_id) - self._model_s0
         out = self._stats.to_dict()
         out.update(
             audio_s=round(audio_s, 3),
-            compute_s=round(self._compute_s, 3),
-            rtf=round(self._compute_s / audio_s, 4) if audio_s else 0.0,
+            compute_s=round(compute_s, 3),
+            rtf=round(compute_s / audio_s, 4) if audio_s else 0.0,
             updates=self._counts["updates"],
             translations=self._counts["translations"],
             rejected=self._counts["rejected"],
@@ -185,7 +188,9 @@ class StreamSession:
                 events += await self._on_vad(ev)
             if self._in_speech:
                 self._policy.insert_audio(self._ring.end / SAMPLE_RATE)
-                due = self._ring.end - self._last_update >= self.options.update_interval * SAMPLE_RATE
+                # under load, updates come further apart (pipeline/load.py)
+                interval = self.options.update_interval * self.scheduler.load.update_factor
+                due = self._ring.end - self._last_update >= interval * SAMPLE_RATE
                 # a pause inside an utterance adds nothing to decode: wait for speech (or its end)
                 if due and self._vad.speech_seconds(self._last_update, self._ring.end) > 0:
                     events += await self._update(final=False, end=self._ring.end)
@@ -255,8 +260,9 @@ class StreamSession:
             job = transcribe_job(
                 audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text, self.options.encoder_pad
             )
-            hyp: Hypothesis = await self.scheduler.run(self.session_id, job)
-            self._account(hyp.stats, hyp.compute_s, "updates")
+            priority = Priority.FINAL if final else Priority.UPDATE
+            hyp: Hypothesis = await self.scheduler.run(self.session_id, job, priority)
+            self._account(hyp.stats, "updates")
             if hyp.rejected:
                 self._counts["rejected"] += 1
             if self._language is None and hyp.words and seconds >= LANGUAGE_LOCK_SECONDS:
@@ -298,16 +304,16 @@ class StreamSession:
             self._draft_tokens = ()
             self._draft_text = "".join(w.text for w in hyp.words if w.start >= buffer_start - 0.02)
 
-    def _account(self, stats: SpecStats, compute_s: float, counter: str) -> None:
+    def _account(self, stats: SpecStats, counter: str) -> None:
         self._stats = self._stats + stats
-        self._compute_s += compute_s
         self._counts[counter] += 1
 
     async def _translate_group(self, force: bool) -> list[CaptionEvent]:
         if not (self.options.translate and self.options.task == "transcribe") or not self._group:
             return []
         first, last = self._group[0][1][0], self._group[-1][1][-1]
-        if not (force or last.text.strip().endswith(SENTENCE_END) or last.end - first.start > TRANSLATE_MAX_SPAN):
+        sentence_end = last.text.strip().endswith(SENTENCE_END) and self.scheduler.load.translate_early
+        if not (force or sentence_end or last.end - first.start > TRANSLATE_MAX_SPAN):
             return []
         group, self._group = self._group, []
         # pad the span, but not into the neighbouring words (the last translated, the next partial)
@@ -326,8 +332,8 @@ class StreamSession:
         job = translate_job(
             self._ring.read(start, end), request, self._last_translation[-200:], self.options.encoder_pad, draft
         )
-        tr = await self.scheduler.run(self.session_id, job)
-        self._account(tr.stats, tr.compute_s, "translations")
+        tr = await self.scheduler.run(self.session_id, job, Priority.BACKGROUND)
+        self._account(tr.stats, "translations")
         if not tr.text:
             return []
         self._last_translation = tr.text

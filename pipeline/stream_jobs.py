@@ -1,21 +1,22 @@
-"""The model work of a streaming session, as plain functions run on the scheduler's model thread.
+"""The model work of a streaming session, as programs run on the scheduler's model thread.
 
-Each job encodes its audio once and decodes it; it returns a frozen result with the wall time
-it took on the model thread (for the real-time factor), so nothing here touches session state.
+Each job encodes its audio once, ``yield``s its decode (pipeline/scheduler.py batches the decodes
+of every session into shared target passes) and returns a frozen result; nothing here touches
+session state. ``run_alone`` (pipeline/scheduler.py) runs a job without a scheduler.
 """
 
 from __future__ import annotations
 
-import time
 import zlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Generator
 
 import numpy as np
 
 from specscribe.models.engines import Transcriber
-from specscribe.models.types import DecodeRequest, SpecStats, Word
+from specscribe.models.types import DecodeRequest, SpecStats, WindowResult, Word
 from specscribe.pipeline.audio import SAMPLE_RATE
+from specscribe.pipeline.lanes import DecodeCall
 
 # Whisper's own guards (openai/whisper transcribe.py defaults)
 NO_SPEECH_THRESHOLD = 0.6
@@ -32,7 +33,6 @@ class Hypothesis:
         tokens: generated token ids (the next update's previous-hypothesis draft).
         language: language decoded in.
         stats: speculative-decoding counters of this decode.
-        compute_s: wall seconds on the model thread (encode + decode + align).
         rejected: why the guards dropped the text ("" when kept).
     """
 
@@ -40,18 +40,16 @@ class Hypothesis:
     tokens: tuple[int, ...]
     language: str
     stats: SpecStats
-    compute_s: float
     rejected: str = ""
 
 
 @dataclass(frozen=True)
 class Translation:
-    """Attributes: text (English), tokens, stats, compute_s (as in Hypothesis)."""
+    """Attributes: text (English), tokens, stats (as in Hypothesis)."""
 
     text: str
     tokens: tuple[int, ...]
     stats: SpecStats
-    compute_s: float
 
 
 def compression_ratio(text: str) -> float:
@@ -77,7 +75,7 @@ def transcribe_job(
     prompt: str,
     draft_text: str | None,
     encoder_pad: float = 30.0,
-) -> Callable[[Transcriber], Hypothesis]:
+) -> Callable[[Transcriber], Generator[DecodeCall, WindowResult, Hypothesis]]:
     """Encode once, decode (transcribe or translate), align words; shift times by offset.
 
     draft_text: when not None, the previous hypothesis as text, re-tokenized here (used after the
@@ -85,11 +83,10 @@ def transcribe_job(
     encoder_pad: the encoder sees the audio plus this many seconds (30: the full window).
     """
 
-    def job(tr: Transcriber) -> Hypothesis:
-        t0 = time.perf_counter()
+    def job(tr: Transcriber) -> Generator[DecodeCall, WindowResult, Hypothesis]:
         req = _with_text(tr, request, prompt, draft_text)
         encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
-        result = tr.decode(encoded, req)
+        result = yield DecodeCall(encoded, req)
         rejected = ""
         if result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD:
             rejected = "no speech"
@@ -108,7 +105,6 @@ def transcribe_job(
             tokens=tuple(result.tokens),
             language=result.language,
             stats=result.stats,
-            compute_s=time.perf_counter() - t0,
             rejected=rejected,
         )
 
@@ -117,22 +113,21 @@ def transcribe_job(
 
 def translate_job(
     audio: np.ndarray, request: DecodeRequest, prompt: str, encoder_pad: float = 30.0, draft_text: str = ""
-) -> Callable[[Transcriber], Translation]:
+) -> Callable[[Transcriber], Generator[DecodeCall, WindowResult, Translation]]:
     """Encode the span of a final (audio (n,) float32) and decode it with Whisper's translate task.
 
     draft_text: a guess of the translation, verified as the previous-hypothesis draft (the spec
     engine; the output is the target's either way). For English speech it is the transcript.
     """
 
-    def job(tr: Transcriber) -> Translation:
-        t0 = time.perf_counter()
+    def job(tr: Transcriber) -> Generator[DecodeCall, WindowResult, Translation]:
         req = _with_text(tr, request, prompt, draft_text or None)
         encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
-        result = tr.decode(encoded, req)
+        result = yield DecodeCall(encoded, req)
         text = result.text.strip()
         if compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD:
             text = ""
-        return Translation(text, tuple(result.tokens), result.stats, time.perf_counter() - t0)
+        return Translation(text, tuple(result.tokens), result.stats)
 
     return job
 

@@ -1,17 +1,21 @@
 #!/usr/bin/env python
-"""Load test of `specscribe serve` on loopback: N concurrent WebSocket clients stream real clips at real-time pace.
+"""Load test of `specscribe serve` on loopback: N concurrent WebSocket clients stream real speech at real-time pace.
 
-For each engine (the ct2 baseline and spec, side by side in the same run) it starts a server subprocess, then for
-each N in --clients runs N clients at once. Client i streams clip i mod K (JFK and the five LibriVox clips) with
-language=en. Reported per N: final latency (wall time a final arrived minus the audio time its last word ended,
-the audio being sent in real time) median / p90 over all finals and the median of per-client medians; the
-server's CPU (cores used) and peak RSS; errors (error/busy messages, close codes other than 1000); and
-correctness: each client's transcript must match its own clip's reference (WER) better than any other clip's,
-so a lost or mixed-up stream is counted. Prints one JSON document; a summary goes to stderr.
+Configs run side by side in one run, level by level, in rotating order (each config its own server subprocess,
+started once): `spec` (the default server, decodes of all sessions sharing target passes), `spec:w1` (the same
+with --decode-width 1: decodes one by one), `ct2` (the baseline engine), and `base=PYTHON` (the server of another
+checkout, e.g. the round-robin scheduler before this one: `base=/path/.venv/bin/python`).
 
-    nice python scripts/bench_server.py --clients 1,4,8,16 --engines ct2,spec --out artifacts/bench_server.json
+Client i streams clips i, i+1, ... (JFK and the five LibriVox clips, 0.5 s apart) until --stream-seconds, with
+language=en, in 0.2 s frames. Reported per N: final latency (client clock: the time a final arrived minus the
+audio time its last word ended) median / p90 / max, partial latency likewise, WER per client, the server's load
+level (polled /healthz), clients refused with `busy`, admitted sessions that lost text (no finals, WER > 0.5, or
+an error close) or got another stream's text, server CPU (cores) with its busiest threads, and peak RSS. Prints
+one JSON document (with the machine's CPU, flags and compute type); a summary goes to stderr.
 
-Bounded: each N run has a deadline (clip length x --slack + 60 s) and the script ends by itself.
+    nice python scripts/bench_server.py --clients 1,4,8,12,16,24 --configs spec,spec:w1 --out artifacts/bench_server.json
+
+Bounded: each level has a deadline (stream length x --slack + 60 s) and the script ends by itself.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,117 +57,195 @@ def load_clips() -> list[tuple[str, np.ndarray, str]]:
     return clips
 
 
-def start_server(engine: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "specscribe", "serve", "--port", "0", "--engine", engine, "--max-clients", "64",
-           "--max-backlog-seconds", "600", "--log-level", "error", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def make_streams(clips, n: int, seconds: float) -> list[tuple[str, np.ndarray, str]]:
+    """Client i's stream: clips i, i+1, ... 0.5 s apart until `seconds` (name, audio, reference)."""
+    gap = np.zeros(8000, dtype=np.float32)
+    streams = []
+    for i in range(n):
+        parts, refs, names, total, j = [], [], [], 0.0, i
+        while total < seconds or not parts:
+            name, audio, ref = clips[j % len(clips)]
+            parts += [audio, gap]
+            refs.append(ref)
+            names.append(name)
+            total += audio.size / 16000 + 0.5
+            j += 1
+        streams.append(("+".join(names), np.concatenate(parts), " ".join(refs)))
+    return streams
+
+
+def parse_config(spec: str) -> tuple[str, list[str], list[str]]:
+    """"spec", "spec:w1", "ct2" or "base=PYTHON" -> (name, python command, serve arguments)."""
+    if spec.startswith("base="):
+        return "base", [spec.split("=", 1)[1]], ["--engine", "spec"]
+    engine, _, width = spec.partition(":w")
+    return spec, [sys.executable], ["--engine", engine] + (["--decode-width", width] if width else [])
+
+
+def start_server(python: list[str], args: list[str], extra: list[str]) -> tuple[subprocess.Popen, str]:
+    cmd = [*python, "-m", "specscribe", "serve", "--port", "0", "--max-clients", "64", "--log-level", "error", *args, *extra]
+    # outside any checkout, so that `-m specscribe` is the one installed for that python
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tempfile.gettempdir())
     line = proc.stdout.readline()
     match = re.search(r"serving http://([^/\s]+)/", line)
     if not match:
         proc.kill()
-        raise SystemExit(f"bench_server: the {engine} server did not start: {line!r}")
-    return proc, f"ws://{match.group(1)}/v1/listen"
+        raise SystemExit(f"bench_server: the server {cmd} did not start: {line!r}")
+    return proc, match.group(1)
 
 
-async def run_level(url: str, n: int, clips, server_pid: int, slack: float) -> dict:
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds per thread of a process (Linux /proc)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def health(host: str) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{host}/healthz", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+async def run_level(host: str, n: int, clips, server_pid: int, seconds: float, slack: float) -> dict:
     import psutil
 
     from specscribe.web.client import StreamRequest, stream_audio
 
     proc = psutil.Process(server_pid)
-    request = StreamRequest(url=url, language="en", speed=1.0, tail_silence=1.5)
-    picks = [clips[i % len(clips)] for i in range(n)]
-    longest = max(len(c[1]) for c in picks) / 16000
-    rss_peak = [proc.memory_info().rss]
+    request = StreamRequest(url=f"ws://{host}/v1/listen", language="en", speed=1.0, tail_silence=1.5, chunk_seconds=0.2)
+    streams = make_streams(clips, n, seconds)
+    longest = max(a.size for _, a, _ in streams) / 16000
+    rss_peak, levels = [proc.memory_info().rss], []
     stop = asyncio.Event()
 
-    async def sample_rss() -> None:  # a monitor, not a work loop: one sample every 0.25 s until stopped
+    async def monitor() -> None:  # one sample a second until stopped (RSS, load level)
         while not stop.is_set():
             rss_peak[0] = max(rss_peak[0], proc.memory_info().rss)
             try:
-                await asyncio.wait_for(stop.wait(), 0.25)
+                levels.append((await asyncio.to_thread(health, host)).get("load", {}).get("level"))
+            except Exception:
+                pass
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
             except asyncio.TimeoutError:
                 pass
 
-    sampler = asyncio.create_task(sample_rss())
-    cpu0, t0 = proc.cpu_times(), time.monotonic()
-    deadline = longest * slack + 60
-    tasks = [asyncio.create_task(stream_audio(audio, request)) for _, audio, _ in picks]
-    done, pending = await asyncio.wait(tasks, timeout=deadline)
+    sampler = asyncio.create_task(monitor())
+    cpu0, threads0, t0 = proc.cpu_times(), thread_cpu(server_pid), time.monotonic()
+    tasks = [asyncio.create_task(stream_audio(audio, request)) for _, audio, _ in streams]
+    done, pending = await asyncio.wait(tasks, timeout=longest * slack + 60)
     for task in pending:
         task.cancel()
     wall = time.monotonic() - t0
-    cpu1 = proc.cpu_times()
+    cpu1, threads1 = proc.cpu_times(), thread_cpu(server_pid)
     stop.set()
     await sampler
 
-    latencies, client_medians, clients = [], [], []
-    errors = lost = mixed = 0
-    for i, (task, (name, _, ref)) in enumerate(zip(tasks, picks)):
+    finals_lat, partial_lat, clients = [], [], []
+    errors = lost = mixed = refused = 0
+    for i, (task, (name, _, ref)) in enumerate(zip(tasks, streams)):
         if task not in done or task.exception() is not None:
             lost += 1
-            errors += 1
-            clients.append({"client": i, "clip": name, "error": "timeout" if task not in done else repr(task.exception())})
+            clients.append({"client": i, "clips": name, "error": "timeout" if task not in done else repr(task.exception())})
             continue
         result = task.result()
+        if any(m["type"] == "busy" for m in result.messages):
+            refused += 1
+            clients.append({"client": i, "clips": name, "refused": True})
+            continue
         lat = [m["received_at"] - m["end"] for m in result.finals]
-        latencies += lat
-        if lat:
-            client_medians.append(statistics.median(lat))
+        finals_lat += lat
+        partial_lat += [m["received_at"] - m["end"] for m in result.messages if m["type"] == "partial" and m.get("text")]
         own = wer(ref, result.text)
-        others = [wer(other_ref, result.text) for other_name, _, other_ref in clips if other_name != name]
-        is_mixed = bool(others) and own >= min(others)
-        is_lost = not result.finals or own > 0.5
-        bad_close = result.close_code != 1000
-        errors += len(result.errors) + int(bad_close)
+        others = [wer(other_ref, result.text) for other_name, _, other_ref in streams if other_name != name]
+        is_lost = not result.finals or own > 0.5 or result.close_code != 1000
+        is_mixed = bool(others) and own >= min(others) and not is_lost
+        errors += len(result.errors)
         lost += int(is_lost)
-        mixed += int(is_mixed and not is_lost)
-        clients.append({"client": i, "clip": name, "wer": round(own, 3), "finals": len(result.finals),
-                        "close_code": result.close_code, "median_latency": round(statistics.median(lat), 3) if lat else None})
+        mixed += int(is_mixed)
+        stats = next((m["stats"] for m in reversed(result.messages) if m["type"] == "stats"), {})
+        clients.append({"client": i, "clips": name, "wer": round(own, 3), "finals": len(result.finals),
+                        "close_code": result.close_code, "median_latency": round(statistics.median(lat), 3) if lat else None,
+                        "updates": stats.get("updates"), "load_at_end": stats.get("load")})
+    busiest = sorted(((threads1.get(t, 0) - threads0.get(t, 0), t) for t in threads1), reverse=True)[:4]
     return {
         "clients": n,
-        "finals": len(latencies),
-        "latency_median": round(statistics.median(latencies), 3) if latencies else None,
-        "latency_p90": round(float(np.percentile(latencies, 90)), 3) if latencies else None,
-        "latency_max": round(max(latencies), 3) if latencies else None,
-        "client_median_latency_median": round(statistics.median(client_medians), 3) if client_medians else None,
+        "stream_seconds": round(longest, 1),
+        "finals": len(finals_lat),
+        "latency_median": round(statistics.median(finals_lat), 3) if finals_lat else None,
+        "latency_p90": pct(finals_lat, 90),
+        "latency_max": round(max(finals_lat), 3) if finals_lat else None,
+        "partial_latency_median": round(statistics.median(partial_lat), 3) if partial_lat else None,
+        "partial_latency_p90": pct(partial_lat, 90),
+        "load_level_max": max((lv for lv in levels if lv is not None), default=None),
+        "load_levels": levels,
         "server_cpu_cores": round(((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / wall, 3),
+        # the event loop is the main thread (tid == pid); the model thread and torch's workers are the others
+        "server_busiest_threads_cores": [{"main": t == server_pid, "cores": round(c / wall, 3)} for c, t in busiest],
         "server_rss_peak_mb": round(rss_peak[0] / 2**20, 1),
-        "errors": errors, "lost": lost, "mixed_up": mixed, "wall_s": round(wall, 2),
+        "refused": refused, "errors": errors, "lost": lost, "mixed_up": mixed, "wall_s": round(wall, 2),
+        "wer_mean_admitted": round(statistics.mean(c["wer"] for c in clients if "wer" in c), 4) if any("wer" in c for c in clients) else None,
         "per_client": clients,
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", default="1,4,8,16", help="comma-separated N (default: %(default)s)")
-    parser.add_argument("--engines", default="ct2,spec", help="engines, baseline first (default: %(default)s)")
-    parser.add_argument("--slack", type=float, default=6.0, help="deadline per level = longest clip x slack + 60 s")
+    parser.add_argument("--clients", default="1,4,8,12,16,24", help="comma-separated N (default: %(default)s)")
+    parser.add_argument("--configs", default="spec,spec:w1",
+                        help="servers compared: spec, spec:wN (--decode-width N), ct2, base=PYTHON (default: %(default)s)")
+    parser.add_argument("--stream-seconds", type=float, default=30.0, help="audio each client streams (default: %(default)s)")
+    parser.add_argument("--slack", type=float, default=3.0, help="deadline per level = stream length x slack + 60 s")
     parser.add_argument("--server-arg", action="append", default=[], help="extra `specscribe serve` argument (repeatable)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
+    from specscribe.machine import machine_info
+    from specscribe.models.compute import resolve_compute_type
+
     levels = [int(x) for x in args.clients.split(",") if x.strip()]
+    configs = [parse_config(c.strip()) for c in args.configs.split(",") if c.strip()]
     clips = load_clips()
-    report = {"machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}, "latency_limit_s": LATENCY_LIMIT,
-              "clips": [c[0] for c in clips], "engines": {}}
-    for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
-        proc, url = start_server(engine, args.server_arg)
-        try:
-            rows = []
-            for n in levels:
-                row = asyncio.run(run_level(url, n, clips, proc.pid, args.slack))
-                rows.append(row)
-                print(f"[{engine}] N={n:2d}: latency median {row['latency_median']} s, p90 {row['latency_p90']} s, "
-                      f"cpu {row['server_cpu_cores']} cores, rss {row['server_rss_peak_mb']} MB, errors {row['errors']}, "
-                      f"lost {row['lost']}, mixed {row['mixed_up']}", file=sys.stderr, flush=True)
-            over = [r["clients"] for r in rows if r["latency_p90"] is None or r["latency_p90"] > LATENCY_LIMIT]
-            report["engines"][engine] = {"levels": rows, "first_n_with_p90_over_limit": over[0] if over else None}
-        finally:
+    report = {"machine": {**machine_info(resolve_compute_type("auto", "cpu")), "loadavg_start": os.getloadavg()},
+              "latency_limit_s": LATENCY_LIMIT, "clips": [c[0] for c in clips], "stream_seconds": args.stream_seconds,
+              "configs": {name: {"command": cmd + serve, "levels": []} for name, cmd, serve in configs}}
+    servers = {}
+    try:
+        for name, cmd, serve in configs:
+            servers[name] = start_server(cmd, serve, args.server_arg)
+        for k, n in enumerate(levels):
+            order = configs[k % len(configs):] + configs[: k % len(configs)]  # rotate who goes first
+            for name, _, _ in order:
+                proc, host = servers[name]
+                row = asyncio.run(run_level(host, n, clips, proc.pid, args.stream_seconds, args.slack))
+                report["configs"][name]["levels"].append(row)
+                print(f"[{name}] N={n:2d}: final latency median {row['latency_median']} s, p90 {row['latency_p90']} s; "
+                      f"partial median {row['partial_latency_median']} s; load max {row['load_level_max']}; "
+                      f"cpu {row['server_cpu_cores']} cores; rss {row['server_rss_peak_mb']} MB; refused {row['refused']}, "
+                      f"errors {row['errors']}, lost {row['lost']}, mixed {row['mixed_up']}; wer {row['wer_mean_admitted']}",
+                      file=sys.stderr, flush=True)
+    finally:
+        for proc, _ in servers.values():
             proc.terminate()
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    for entry in report["configs"].values():
+        entry["levels"].sort(key=lambda r: r["clients"])
+        over = [r["clients"] for r in entry["levels"] if r["latency_p90"] is None or r["latency_p90"] > LATENCY_LIMIT]
+        entry["first_n_with_p90_over_limit"] = over[0] if over else None
     report["machine"]["loadavg_end"] = os.getloadavg()
     text = json.dumps(report, indent=1)
     print(text)

@@ -46,7 +46,13 @@ class _ScheduledTranscriber:
         self._scheduler, self._loop, self._job_id = scheduler, loop, job_id
 
     def _call(self, method: str, *args: Any) -> Any:
-        coro = self._scheduler.run(self._job_id, lambda t: getattr(t, method)(*args))
+        return self._run(lambda t: getattr(t, method)(*args))
+
+    def _run(self, job: Any) -> Any:
+        """One job on the scheduler, below live captions (BACKGROUND); blocks this worker thread."""
+        from specscribe.pipeline.scheduler import Priority
+
+        coro = self._scheduler.run(self._job_id, job, Priority.BACKGROUND)
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def encode(self, audio, window=None):
@@ -56,7 +62,12 @@ class _ScheduledTranscriber:
         return self._call("detect_language", encoded)
 
     def decode(self, encoded, request):
-        return self._call("decode", encoded, request)
+        from specscribe.pipeline.lanes import DecodeCall
+
+        def program(_t):  # the decode rides in the scheduler's shared passes
+            return (yield DecodeCall(encoded, request))
+
+        return self._run(program)
 
     def align_words(self, encoded, result):
         return self._call("align_words", encoded, result)

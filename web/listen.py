@@ -305,7 +305,8 @@ class Connection:
                 stats.update(event.stats or {})
                 continue
             self._emit(self._event_dict(event))
-        stats.update({"audio_seconds": round(self.audio_seconds, 3), "finals": self._finals, "session_seconds": round(time.monotonic() - self._t0, 3)})
+        stats.update({"audio_seconds": round(self.audio_seconds, 3), "finals": self._finals, "session_seconds": round(time.monotonic() - self._t0, 3),
+                      "load": self.ctx.scheduler.load.to_dict()})
         self._emit({"type": "stats", "emitted_at": round(time.monotonic() - self._t0, 3), "reason": reason, "stats": stats})
         if restart:  # the next utterances continue the same timeline and final numbering
             self._time_offset += self._session_audio

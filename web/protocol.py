@@ -220,7 +220,7 @@ class Limits:
             `server_overloaded` and 1013 (the model cannot keep up with real time).
     """
 
-    max_clients: int = 8
+    max_clients: int = 32
     max_frame_bytes: int = 1 << 20
     max_session_seconds: float = 3600.0
     idle_timeout: float = 30.0
@@ -260,8 +260,13 @@ def error_message(code: str, message: str, *, fatal: bool) -> dict[str, Any]:
     return {"type": "error", "code": code, "message": message, "fatal": fatal}
 
 
-def busy_message(max_clients: int) -> dict[str, Any]:
-    return {"type": "busy", "message": f"the server is serving its maximum of {max_clients} sessions; try again later", "max_clients": max_clients}
+def busy_message(max_clients: int, overloaded: bool = False) -> dict[str, Any]:
+    """`busy`: the server has max_clients sessions, or (overloaded) its model cannot take another one."""
+    if overloaded:
+        message = "the server's model is at its limit (load level 3); try again later"
+    else:
+        message = f"the server is serving its maximum of {max_clients} sessions; try again later"
+    return {"type": "busy", "message": message, "max_clients": max_clients, "reason": "overloaded" if overloaded else "max_clients"}
 
 
 def dumps(message: dict[str, Any]) -> str:

@@ -29,7 +29,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from specscribe.models.engines import Transcriber
-from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.load import Load
+from specscribe.pipeline.scheduler import ModelScheduler, SchedulerOptions
 from specscribe.pipeline.types import StreamOptions
 from specscribe.web import protocol as P
 from specscribe.web.listen import ClientSlots, Connection, ListenContext, SessionFactory
@@ -61,6 +62,7 @@ class ServerOptions:
         stream_defaults: StreamOptions that each client's config is applied on.
         max_upload_bytes: largest file accepted by the REST endpoint.
         max_rest_jobs: REST transcriptions run at once (more wait their turn).
+        scheduler: the model scheduler's options (decode width, load policy).
     """
 
     limits: P.Limits = field(default_factory=P.Limits)
@@ -68,6 +70,7 @@ class ServerOptions:
     stream_defaults: StreamOptions = field(default_factory=StreamOptions)
     max_upload_bytes: int = 200 * 1024 * 1024
     max_rest_jobs: int = 2
+    scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
 
 
 def default_session_factory() -> SessionFactory:
@@ -93,7 +96,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        scheduler = ModelScheduler(transcriber)
+        scheduler = ModelScheduler(transcriber, options.scheduler)
         holder["ctx"] = ListenContext(
             scheduler=scheduler,
             make_session=make_session,
@@ -121,8 +124,9 @@ def create_app(
             return
         await ws.accept()
         ctx = holder["ctx"]
-        if not ctx.slots.try_acquire():
-            await ws.send_text(P.dumps(P.busy_message(ctx.limits.max_clients)))
+        overloaded = not ctx.scheduler.load.accepting  # pipeline/load.py: degrade first, refuse last
+        if overloaded or not ctx.slots.try_acquire():
+            await ws.send_text(P.dumps(P.busy_message(ctx.limits.max_clients, overloaded)))
             await ws.close(code=P.CloseCode.TRY_AGAIN_LATER)
             return
         try:
@@ -140,6 +144,7 @@ def create_app(
                 "sessions": slots.active,
                 "max_clients": slots.limit,
                 "model_jobs_done": ctx.scheduler.jobs_done if ctx else 0,
+                "load": ctx.scheduler.load.to_dict() if ctx else Load().to_dict(),
             }
         )
 

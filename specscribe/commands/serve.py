@@ -24,7 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a browser origin allowed to connect, e.g. https://app.example (repeatable; '*' = any; "
                    "default: the server's own page only)")
     lim = p.add_argument_group("limits")
-    lim.add_argument("--max-clients", type=int, default=8, help="concurrent streaming sessions (default: %(default)s)")
+    lim.add_argument("--max-clients", type=int, default=32,
+                     help="concurrent streaming sessions at most; below it, new sessions are refused only when the model is "
+                          "at its limit (docs/protocol.md, Load) (default: %(default)s)")
     lim.add_argument("--max-frame-bytes", type=int, default=1 << 20, help="largest WebSocket frame (default: %(default)s)")
     lim.add_argument("--max-session-seconds", type=float, default=3600.0, help="longest session (default: %(default)s)")
     lim.add_argument("--idle-timeout", type=float, default=30.0, help="seconds without a client frame (default: %(default)s)")
@@ -32,6 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="unprocessed audio a stream may have before it is closed as overloaded (default: %(default)s)")
     lim.add_argument("--max-upload-mb", type=float, default=200.0, help="largest file for the REST endpoint (default: %(default)s)")
     add_engine_args(p)
+    p.add_argument("--decode-width", type=int, default=16,
+                   help="decodes of all sessions that share one target pass at most; 1 decodes them one by one (default: %(default)s)")
     s = p.add_argument_group("streaming")
     add_streaming_args(s)
     s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
@@ -47,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from specscribe.models.engines import load_transcriber
+    from specscribe.pipeline.scheduler import SchedulerOptions
     from specscribe.pipeline.types import StreamOptions
     from specscribe.web import protocol as P
     from specscribe.web.security import API_KEY_ENV, SecurityOptions
@@ -55,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         return _fail("--port must be 0 ... 65535")
     for name in ("max_clients", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb", "update_interval",
-                 "max_backlog_seconds"):
+                 "max_backlog_seconds", "decode_width"):
         if getattr(args, name) <= 0:
             return _fail(f"--{name.replace('_', '-')} must be positive")
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
@@ -69,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         security=SecurityOptions(api_key=api_key, allowed_origins=tuple(args.allowed_origin)),
         stream_defaults=replace(StreamOptions(), update_interval=args.update_interval, encoder_pad=args.encoder_pad),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
+        scheduler=SchedulerOptions(width=args.decode_width),
     )
     try:
         sock = bind_socket(args.host, args.port)

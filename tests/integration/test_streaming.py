@@ -124,12 +124,13 @@ def test_silence_then_speech(transcriber, corpus):
 
 def test_translation_with_the_transcript_as_draft_is_unchanged(transcriber, corpus):
     """An English final's transcript drafts its translation: the same text, in fewer target passes."""
+    from specscribe.pipeline.scheduler import run_alone
     from specscribe.pipeline.stream_jobs import translate_job
 
     jfk = corpus[0][0]
     request = DecodeRequest(task="translate", language="en", timestamps=False, max_new_tokens=120)
-    plain = translate_job(jfk, request, "", 5.0)(transcriber)
-    drafted = translate_job(jfk, request, "", 5.0, draft_text=" " + JFK_TEXT)(transcriber)
+    plain = run_alone(transcriber, translate_job(jfk, request, "", 5.0))
+    drafted = run_alone(transcriber, translate_job(jfk, request, "", 5.0, draft_text=" " + JFK_TEXT))
     assert plain.text and drafted.text == plain.text and drafted.tokens == plain.tokens
     if transcriber.name == "spec":  # ct2 has no drafts: its decode ignores the hypothesis
         assert drafted.stats.accepted > 0

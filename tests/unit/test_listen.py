@@ -198,6 +198,37 @@ def test_busy_beyond_max_clients():
         assert types(run(session(srv.ws_url, [config(), '{"type":"close"}']))[0])[0] == "ready"  # slot freed
 
 
+def test_busy_when_the_model_is_at_its_limit_and_streaming_sessions_keep_their_finals(monkeypatch):
+    """Load level 3 refuses new sessions (busy, reason overloaded); a session already in keeps all its finals."""
+    from specscribe.pipeline.load import Load
+    from specscribe.pipeline.scheduler import ModelScheduler
+
+    load = [Load()]
+    monkeypatch.setattr(ModelScheduler, "load", property(lambda self: load[0]))
+    with start() as srv:
+        async def main():
+            async with websockets.connect(srv.ws_url) as first:
+                await first.send(config())
+                assert json.loads(await first.recv())["type"] == "ready"
+                load[0] = Load(3, 4.0)
+                refused = await session(srv.ws_url, [config()])
+                assert health(srv)["load"] == {"level": 3, "lag_s": 4.0, "update_factor": 8}
+                for frame in chunks(np.concatenate([utterance([2, 3]), utterance([5])])):
+                    await first.send(frame)
+                await first.send('{"type":"close"}')
+                kept = [json.loads(m) async for m in first]
+                return refused, kept
+
+        (messages, code), kept = run(main())
+        assert types(messages) == ["busy"] and messages[0]["reason"] == "overloaded"
+        assert code == P.CloseCode.TRY_AGAIN_LATER
+        jsonschema.validate(messages[0], SERVER_SCHEMA)
+        assert [m["text"] for m in kept if m["type"] == "final"] == ["w2 w3", "w5"]
+        assert kept[-1]["type"] == "stats" and kept[-1]["stats"]["load"]["level"] == 3
+        load[0] = Load()
+        assert types(run(session(srv.ws_url, [config(), '{"type":"close"}']))[0])[0] == "ready"  # admitted again
+
+
 def test_idle_timeout_and_session_limit():
     with start(limits=replace(LIMITS, idle_timeout=0.6, max_session_seconds=1.5)) as srv:
         messages, code = run(session(srv.ws_url, [config(), *chunks(utterance([4], gap_s=0.0))]))

@@ -15,6 +15,7 @@ import pytest
 
 from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
 from specscribe.pipeline.audio import SAMPLE_RATE
+from specscribe.pipeline.load import Load
 from specscribe.pipeline.scheduler import ModelScheduler
 from specscribe.pipeline.session import StreamSession
 from specscribe.pipeline.types import StreamOptions
@@ -161,10 +162,21 @@ async def stream(session: StreamSession, audio: np.ndarray, chunk: float = 0.25,
     return events
 
 
-def run_session(audio, script, options=StreamOptions(), intervals=None, chunk=0.25, fake=None):
+class LoadedScheduler(ModelScheduler):
+    """A scheduler that reports a fixed load level (pipeline/load.py)."""
+
+    level = 0
+
+    @property
+    def load(self) -> Load:
+        return Load(self.level, 0.0)
+
+
+def run_session(audio, script, options=StreamOptions(), intervals=None, chunk=0.25, fake=None, level=0):
     async def main():
         tr = fake or FakeTranscriber(audio, script)
-        scheduler = ModelScheduler(tr)
+        scheduler = LoadedScheduler(tr)
+        scheduler.level = level
         clock = [0.0]
         vad = ScriptedVad(intervals) if intervals is not None else None
         session = StreamSession(scheduler, options, "s", clock=lambda: clock[0], vad=vad)
@@ -397,3 +409,24 @@ def test_bad_input_is_rejected_clearly():
         await scheduler.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_under_load_updates_thin_out_but_every_word_is_committed(level):
+    """Degradation spends less per session (longer update interval) and loses nothing."""
+    script = make_script(30)
+    audio = noise(15)
+    calm, calm_tr = run_session(audio, script, StreamOptions(vad=False))
+    loaded, loaded_tr = run_session(audio, script, StreamOptions(vad=False), level=level)
+    assert finals_text(loaded) == finals_text(calm) == [w for w, _, _ in script]
+    expected = calm_tr.decode_calls / 2**level
+    assert loaded_tr.decode_calls <= expected * 1.5 + 1  # 2, 4, 8 times fewer updates (+ the last)
+    assert loaded_tr.decode_calls < calm_tr.decode_calls
+
+
+def test_under_load_translations_wait_for_the_utterance_end():
+    script = make_script(12, sentence_every=4)
+    events, tr = run_session(noise(7), script, StreamOptions(vad=False, translate=True), level=1)
+    translations = [e for e in events if e.type == "translation"]
+    assert len(translations) == 1  # one, at the end, instead of one per sentence
+    assert translations[0].text.split() == [w.upper() for w, _, _ in script]

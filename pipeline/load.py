@@ -1,0 +1,78 @@
+"""How busy the model is, and what the server gives up first when it cannot keep up.
+
+The signal is the *lag*: how long caption jobs (streaming updates and finals) wait in the
+scheduler before the model starts them, smoothed over recent jobs. It rises with the number of
+sessions times the cost of an update, whatever the machine. From the lag, a level:
+
+    level  lag (default)   what changes
+    0      < 0.5 s         nothing: updates every update_interval, translations as sentences end
+    1      < 1.0 s         updates every 2 x update_interval; translations wait for an utterance end
+    2      < 2.5 s         updates every 4 x update_interval (partials for fewer sessions at a time)
+    3      >= 2.5 s        updates every 8 x update_interval; new sessions are refused with `busy`
+
+Finals are never dropped: an utterance's last decode runs at the highest priority at every level
+(pipeline/scheduler.py), and a session already streaming is never closed for load. Only a stream
+that falls max_backlog_seconds behind (protocol Limits) is closed, as a last resort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LoadPolicy:
+    """Attributes: thresholds (lag seconds at which levels 1, 2 and 3 begin); smoothing (weight of
+    the newest job's wait in the running lag)."""
+
+    thresholds: tuple[float, float, float] = (0.5, 1.0, 2.5)
+    smoothing: float = 0.3
+
+    def level(self, lag: float) -> int:
+        return sum(lag >= t for t in self.thresholds)
+
+
+@dataclass(frozen=True)
+class Load:
+    """The model's load as sessions and the server see it. Attributes: level (0-3), lag_s."""
+
+    level: int = 0
+    lag_s: float = 0.0
+
+    @property
+    def update_factor(self) -> int:
+        """update_interval is multiplied by this."""
+        return 2**self.level
+
+    @property
+    def translate_early(self) -> bool:
+        """Translate at sentence ends (else only when an utterance ends)."""
+        return self.level == 0
+
+    @property
+    def accepting(self) -> bool:
+        """New sessions are admitted."""
+        return self.level < 3
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "lag_s": round(self.lag_s, 3), "update_factor": self.update_factor}
+
+
+class LagMeter:
+    """The smoothed wait of caption jobs. Written by the model thread, read by the event loop (a
+    float swap under the GIL)."""
+
+    def __init__(self, policy: LoadPolicy = LoadPolicy()) -> None:
+        self.policy = policy
+        self.lag = 0.0
+
+    def observe(self, wait_s: float) -> None:
+        a = self.policy.smoothing
+        self.lag = (1 - a) * self.lag + a * max(wait_s, 0.0)
+
+    def reset(self) -> None:
+        self.lag = 0.0
+
+    def load(self) -> Load:
+        return Load(self.policy.level(self.lag), self.lag)

@@ -1,0 +1,297 @@
+"""The model scheduler with a fake engine: shared passes, priority, fairness, join and leave, load."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from specscribe.models.types import DecodeRequest, EncodedAudio
+from specscribe.pipeline.lanes import DecodeCall
+from specscribe.pipeline.load import LagMeter, Load, LoadPolicy
+from specscribe.pipeline.scheduler import ModelScheduler, Priority, SchedulerOptions, run_alone
+
+
+class FakeLoop:
+    """A DecodeLoop whose decode of `max_new_tokens` n takes n steps; records every step's tags."""
+
+    def __init__(self, engine: "FakeEngine"):
+        self.engine = engine
+        self.left: dict = {}
+
+    def submit(self, tag, encoded, request):
+        self.left[tag] = (encoded, request.max_new_tokens)
+
+    def step(self):
+        self.engine.steps.append(sorted(self.left))
+        self.engine.step_names.append(sorted(enc.handle for enc, _ in self.left.values()))
+        done = []
+        for tag, (enc, n) in list(self.left.items()):
+            if n <= 1:
+                del self.left[tag]
+                done.append((tag, f"decoded {enc.handle}"))
+            else:
+                self.left[tag] = (enc, n - 1)
+        return done
+
+    def cancel(self, tag):
+        self.left.pop(tag, None)
+
+    def __len__(self):
+        return len(self.left)
+
+
+class FakeEngine:
+    name = "fake"
+
+    def __init__(self):
+        self.started: list[str] = []  # job names, in the order their encode ran
+        self.steps: list[list] = []
+        self.step_names: list[list[str]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def decode_loop(self):
+        return FakeLoop(self)
+
+    def encode(self, name):
+        self.gate.wait(10)
+        self.started.append(name)
+        return EncodedAudio(1.0, name)
+
+
+def job(name: str, steps: int = 3):
+    """A program: encode, one decode of `steps` steps, return the decode's result."""
+
+    def program(engine: FakeEngine):
+        encoded = engine.encode(name)
+        result = yield DecodeCall(encoded, DecodeRequest(max_new_tokens=steps))
+        return result
+
+    return program
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+def test_decodes_of_many_sessions_share_steps():
+    engine = FakeEngine()
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        engine.gate.clear()  # hold the model thread until all four are queued
+        tasks = [asyncio.create_task(scheduler.run(s, job(s, steps=6))) for s in "abcd"]
+        await asyncio.sleep(0.05)
+        engine.gate.set()
+        results = await asyncio.gather(*tasks)
+        await scheduler.close()
+        return results, scheduler
+
+    results, scheduler = run(main())
+    assert results == [f"decoded {s}" for s in "abcd"]
+    assert max(len(step) for step in engine.steps) == 4  # all four in one pass
+    assert scheduler.steps < 4 * 6  # alone, they would need 24 steps
+    assert scheduler.decodes == 4 and scheduler.jobs_done == 4
+
+
+def test_priority_final_then_update_then_background_and_round_robin():
+    engine = FakeEngine()
+
+    async def main():
+        scheduler = ModelScheduler(engine, SchedulerOptions(width=1))
+        engine.gate.clear()
+        first = asyncio.create_task(scheduler.run("z", job("z0", steps=1)))
+        await asyncio.sleep(0.05)  # z0 holds the model thread at its encode
+        tasks = [
+            asyncio.create_task(scheduler.run("a", job("a-translate", 1), Priority.BACKGROUND)),
+            asyncio.create_task(scheduler.run("b", job("b1", 1), Priority.UPDATE)),
+            asyncio.create_task(scheduler.run("b", job("b2", 1), Priority.UPDATE)),
+            asyncio.create_task(scheduler.run("c", job("c1", 1), Priority.UPDATE)),
+            asyncio.create_task(scheduler.run("d", job("d-final", 1), Priority.FINAL)),
+        ]
+        await asyncio.sleep(0.05)
+        engine.gate.set()
+        await asyncio.gather(first, *tasks)
+        await scheduler.close()
+
+    run(main())
+    # the final first, updates with sessions taking turns (b, c, b), the translation last
+    assert engine.started == ["z0", "d-final", "b1", "c1", "b2", "a-translate"]
+
+
+def test_background_job_is_not_starved():
+    engine = FakeEngine()
+
+    async def main():
+        now = [0.0]
+        scheduler = ModelScheduler(engine, SchedulerOptions(width=1, background_wait=5.0), clock=lambda: now[0])
+        engine.gate.clear()
+        first = asyncio.create_task(scheduler.run("z", job("z0", 1)))
+        await asyncio.sleep(0.05)
+        late = asyncio.create_task(scheduler.run("a", job("a-translate", 1), Priority.BACKGROUND))
+        await asyncio.sleep(0.01)
+        now[0] = 6.0  # the translation has waited past background_wait: it ranks as an update
+        update = asyncio.create_task(scheduler.run("b", job("b1", 1), Priority.UPDATE))
+        await asyncio.sleep(0.05)
+        engine.gate.set()
+        await asyncio.gather(first, late, update)
+        await scheduler.close()
+
+    run(main())
+    assert engine.started == ["z0", "a-translate", "b1"]  # a was first in turn among equal ranks
+
+
+def test_a_long_decode_does_not_hold_back_another_session():
+    engine = FakeEngine()
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        long = asyncio.create_task(scheduler.run("slow", job("slow", steps=10**9)))  # endless
+        while "slow" not in engine.started:
+            await asyncio.sleep(0.001)
+        short = await scheduler.run("quick", job("quick", steps=2))
+        assert not long.done()  # the quick job joined the slow one's passes and left first
+        scheduler.forget("slow")
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        await scheduler.close()
+        return short
+
+    assert run(main()) == "decoded quick"
+    joined = [i for i, names in enumerate(engine.step_names) if names == ["quick", "slow"]]
+    assert len(joined) == 2  # its two steps rode in the slow decode's passes
+
+
+def test_forget_cancels_waiting_and_running_jobs_and_others_go_on():
+    engine = FakeEngine()
+
+    async def main():
+        scheduler = ModelScheduler(engine, SchedulerOptions(width=1))  # gone2 waits for room
+        gone = asyncio.create_task(scheduler.run("gone", job("gone", steps=10**9)))
+        while "gone" not in engine.started:
+            await asyncio.sleep(0.001)
+        queued = asyncio.create_task(scheduler.run("gone", job("gone2", steps=1)))
+        await asyncio.sleep(0.01)
+        scheduler.forget("gone")
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert await scheduler.run("stay", job("stay", 2)) == "decoded stay"
+        await scheduler.close()
+
+    run(main())
+    assert "gone2" not in engine.started
+    assert engine.steps[-1] == engine.steps[-2] and len(engine.steps[-1]) == 1  # only "stay" left
+
+
+def test_errors_reach_only_their_session():
+    engine = FakeEngine()
+
+    def broken(_engine):
+        raise ValueError("bad window")
+        yield  # a program
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        with pytest.raises(ValueError, match="bad window"):
+            await scheduler.run("a", broken)
+        assert await scheduler.run("b", job("b", 2)) == "decoded b"
+        assert await scheduler.run("c", lambda e: 42) == 42  # a plain call
+        await scheduler.close()
+
+    run(main())
+
+
+def test_a_failing_decode_step_fails_its_jobs_and_the_loop_recovers():
+    class Boom(FakeEngine):
+        loops = 0
+
+        def decode_loop(self):
+            Boom.loops += 1
+            loop = FakeLoop(self)
+            if Boom.loops == 1:
+                loop.step = lambda: (_ for _ in ()).throw(RuntimeError("engine fault"))
+            return loop
+
+    engine = Boom()
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        with pytest.raises(RuntimeError, match="engine fault"):
+            await scheduler.run("a", job("a", 2))
+        assert await scheduler.run("a", job("a2", 2)) == "decoded a2"
+        await scheduler.close()
+
+    run(main())
+
+
+def test_model_seconds_are_counted_per_session():
+    engine = FakeEngine()
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        await scheduler.run("a", job("a", 3))
+        used = scheduler.model_seconds("a")
+        scheduler.forget("a")
+        return used, scheduler.model_seconds("a")
+
+    used, after = run(main())
+    assert used > 0 and after == 0.0
+
+
+def test_run_alone_decodes_a_program_without_a_scheduler():
+    class Direct(FakeEngine):
+        def decode(self, encoded, request):
+            return f"alone {encoded.handle} {request.max_new_tokens}"
+
+    assert run_alone(Direct(), job("x", 5)) == "alone x 5"
+    assert run_alone(Direct(), lambda e: "plain") == "plain"
+
+
+def test_load_levels_follow_the_lag():
+    policy = LoadPolicy(thresholds=(0.5, 1.0, 2.5), smoothing=1.0)
+    meter = LagMeter(policy)
+    levels = []
+    for wait in (0.1, 0.6, 1.2, 3.0, 0.2):
+        meter.observe(wait)
+        levels.append(meter.load().level)
+    assert levels == [0, 1, 2, 3, 0]
+    busy = Load(3, 3.0)
+    assert busy.update_factor == 8 and not busy.accepting and not busy.translate_early
+    assert Load().accepting and Load().translate_early and Load().update_factor == 1
+
+
+def test_lag_is_smoothed_and_reset_when_idle():
+    meter = LagMeter(LoadPolicy(smoothing=0.5))
+    meter.observe(4.0)
+    assert meter.lag == pytest.approx(2.0)
+    meter.observe(0.0)
+    assert meter.lag == pytest.approx(1.0)
+    meter.reset()
+    assert meter.load() == Load()
+
+
+def test_scheduler_reports_load_from_waiting_jobs():
+    engine = FakeEngine()
+
+    async def main():
+        now = [0.0]
+        scheduler = ModelScheduler(engine, SchedulerOptions(width=1, load=LoadPolicy(smoothing=1.0)), clock=lambda: now[0])
+        engine.gate.clear()
+        first = asyncio.create_task(scheduler.run("a", job("a", 1)))
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(scheduler.run("b", lambda e: scheduler.load))  # as it starts
+        await asyncio.sleep(0.01)
+        now[0] = 3.0  # b waited 3 s when it starts
+        engine.gate.set()
+        load = await second
+        await first
+        await scheduler.close()
+        return load, scheduler.load
+
+    during, after = run(main())
+    assert during.level == 3 and during.lag_s == pytest.approx(3.0)
+    assert after == Load()  # idle again: no lag
