@@ -46,6 +46,12 @@ from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PR
 HYPOTHESIS_K = 32  # most drafted tokens per pass when re-decoding with a previous hypothesis
 
 
+def hypothesis_spec_options(eot: int, hypothesis: Sequence[int]) -> SpecOptions:
+    """A re-decode's speculation settings: the previous hypothesis is nearly free and mostly right,
+    so verify long runs of it per pass (scripts/bench_speculative.py measures with these too)."""
+    return SpecOptions(eot=eot, k_init=min(HYPOTHESIS_K, len(hypothesis) + 1), k_max=HYPOTHESIS_K)
+
+
 @dataclass
 class StageTimes:
     """Milliseconds spent per stage since the engine was created (for benchmarks).
@@ -237,7 +243,7 @@ class SpecEngine:
         if drafter is not None and request.hypothesis_tokens:
             # a re-decode's previous hypothesis is nearly free and mostly right: verify long runs
             # of it per pass (the draft decoder caps its own rounds: DraftDecoderDrafter.max_k)
-            spec = SpecOptions(eot=tok.eot, k_init=min(HYPOTHESIS_K, len(request.hypothesis_tokens) + 1), k_max=HYPOTHESIS_K)
+            spec = hypothesis_spec_options(tok.eot, request.hypothesis_tokens)
         sequence = window_sequence(session, prompt, rules, options, drafter, self.dims.n_text_ctx, spec)
         return _Decode(sequence, options, encoded.duration, language, language_probability, request.temperature)
 

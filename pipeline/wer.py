@@ -1,67 +1,58 @@
-"""Normalized word error rate, shared by the tests and the benchmarks.
+"""Normalized word error rate, shared by the tests, the benchmarks and scripts/eval_wer.py.
 
-The normalizer is a small English one in the spirit of openai/whisper's EnglishTextNormalizer:
-lower case, curly quotes and dashes unified, punctuation dropped (apostrophes inside words kept),
-contractions expanded as Whisper's does ("i've" -> "i have", "it's" -> "it is"), a few spelled-out
-forms unified, numbers zero to twenty written as digits (Whisper writes "3 2 1 0" in one window
-and "three two one zero" in the next; longer spelled-out numbers are left as they are),
-whitespace collapsed.
+Both sides are normalized with openai/whisper's EnglishTextNormalizer (the `whisper-normalizer`
+package carries it unchanged): lower case, punctuation and filler words ("um", "uh") dropped,
+contractions and abbreviations expanded ("i've" -> "i have", "mr" -> "mister"), British spellings
+Americanized, spelled-out numbers written as digits ("twenty one" -> "21"; a lone "1" is written
+"one", as Whisper's own evaluation does).
+
+Edits are counted over every utterance, including those whose reference is empty (silence): there
+each hypothesis word is an insertion, so text produced over silence raises the corpus WER.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
-from typing import Sequence
+import math
+from functools import lru_cache
+from typing import Callable, Sequence
 
-_REPLACEMENTS = {
-    "mr": "mister", "mrs": "missus", "dr": "doctor", "st": "saint",
-    "ok": "okay", "percent": "%",
-}
-_NUMBERS = {
-    w: str(i)
-    for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen"
-        " sixteen seventeen eighteen nineteen twenty".split()
-    )
-}
-_CONTRACTIONS = [  # openai/whisper's EnglishTextNormalizer, in its order
-    (r"\bwon't\b", "will not"), (r"\bcan't\b", "can not"), (r"\blet's\b", "let us"), (r"\bain't\b", "aint"),
-    (r"\by'all\b", "you all"), (r"\bwanna\b", "want to"), (r"\bgotta\b", "got to"), (r"\bgonna\b", "going to"),
-    (r"\bi'ma\b", "i am going to"), (r"\bimma\b", "i am going to"), (r"\bwoulda\b", "would have"),
-    (r"\bcoulda\b", "could have"), (r"\bshoulda\b", "should have"), (r"\bma'am\b", "madam"),
-    (r"n't\b", " not"), (r"'re\b", " are"), (r"'s\b", " is"), (r"'d\b", " would"), (r"'ll\b", " will"),
-    (r"'t\b", " not"), (r"'ve\b", " have"), (r"'m\b", " am"),
-]
-_PUNCT = re.compile(r"[^\w\s'%]")
-_SPACE = re.compile(r"\s+")
+
+@lru_cache(maxsize=1)
+def _normalizer() -> Callable[[str], str]:
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    return EnglishTextNormalizer()
 
 
 def normalize(text: str) -> str:
     """"Mr. Dashwood, ill-disposed! I've three" -> 'mister dashwood ill disposed i have 3'."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    text = text.replace("’", "'").replace("‘", "'").replace("`", "'")
-    text = re.sub(r"(\d),(\d)", r"\1\2", text)  # 1,000 -> 1000
-    for pattern, replacement in _CONTRACTIONS:
-        text = re.sub(pattern, replacement, text)
-    text = _PUNCT.sub(" ", text)
-    text = re.sub(r"(?<!\w)'|'(?!\w)", " ", text)  # quotes, not apostrophes
-    words = [_NUMBERS.get(w, _REPLACEMENTS.get(w, w)) for w in _SPACE.split(text) if w]
-    return " ".join(words)
+    return _normalizer()(text)
 
 
 def wer(reference: str, hypothesis: str) -> float:
-    """Word error rate of one utterance after normalize() on both sides."""
+    """Word error rate of one utterance after normalize() on both sides (see corpus_wer)."""
     return corpus_wer([reference], [hypothesis])
 
 
 def corpus_wer(references: Sequence[str], hypotheses: Sequence[str]) -> float:
-    """Total edits / total reference words over several utterances (jiwer on normalized text)."""
+    """Total edits / total reference words over several utterances, after normalize().
+
+    An empty reference contributes its hypothesis's words as insertions; an empty hypothesis is all
+    deletions. With no reference words at all: 0.0 if no word was produced either, else infinity.
+    """
     import jiwer
 
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
     refs = [normalize(r) for r in references]
     hyps = [normalize(h) for h in hypotheses]
-    keep = [(r, h) for r, h in zip(refs, hyps) if r]
-    if not keep:
-        return 0.0 if not any(hyps) else 1.0
-    return float(jiwer.wer([r for r, _ in keep], [h if h else "" for _, h in keep]))
+    edits = ref_words = 0
+    spoken = [(r, h) for r, h in zip(refs, hyps) if r]
+    if spoken:
+        out = jiwer.process_words([r for r, _ in spoken], [h for _, h in spoken])
+        edits += out.substitutions + out.deletions + out.insertions
+        ref_words += out.substitutions + out.deletions + out.hits
+    edits += sum(len(h.split()) for r, h in zip(refs, hyps) if not r)  # text over silence
+    if ref_words == 0:
+        return 0.0 if edits == 0 else math.inf
+    return edits / ref_words

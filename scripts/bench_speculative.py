@@ -6,20 +6,23 @@ For each real clip (the parity test's: jfk, five LibriVox clips, both halves of 
 encoded once, every drafter decodes the same window (transcribe, timestamps on):
 - none: the speculative loop without a drafter (plain greedy, one token per pass): the baseline;
 - reference: the engine's reference loop (models/decoding.generate), for the loop's own overhead;
-- auto (what the engine's default picks: the draft decoder where it pays, else n-gram), ngram,
+- auto (what the engine's default picks: the draft decoder where it pays, else plain decoding), ngram,
   decoder (the shipped trained checkpoint if any, else untrained copies of the target's first and
   last layers), decoder-fullvocab (the same layers with a full-vocabulary head), random (deliberately bad).
-It reports decode-phase time (median of --repeat), end-to-end time (encoder + decode), tokens per
-target pass and acceptance. Streaming re-decode: decode the first N-1 s, then the first N s with
-and without the previous-hypothesis drafter. Near ties: how often a speculative decode differs
-from the same-dtype plain decode (both tasks, timestamps on and off).
+It reports decode-phase time (min and median of --repeat, default 3; the variants of a clip run
+interleaved, one decode each per round, in an order that rotates every round, so machine load
+drifts over all alike), end-to-end time (encoder + decode), tokens per target pass and
+acceptance. Streaming re-decode: decode the first N-1 s, then the first N s without a drafter and
+with the engine's own re-decode settings (its `auto` drafter given the previous hypothesis, up to
+HYPOTHESIS_K drafted tokens a pass: models/spec_engine.py hypothesis_spec_options), interleaved too.
+Near ties: how often a speculative decode differs from the same-dtype plain decode (both tasks,
+timestamps on and off). Quote figures of --repeat 3 or more only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -28,9 +31,26 @@ from pathlib import Path
 CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", "multilingual-de"]
 
 
+def timing(values: list[float]) -> dict:
+    return {"min": round(min(values), 1), "median": round(statistics.median(values), 1), "n": len(values)}
+
+
+def interleaved(variants: dict, repeat: int) -> dict:
+    """{label: (last result, [ms of each run])}: each round runs every variant once, the order
+    rotated by one each round so that no variant always runs first (or right after another)."""
+    labels, results, times = list(variants), {}, {label: [] for label in variants}
+    for r in range(repeat):
+        for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+            results[label], ms = variants[label]()
+            times[label].append(ms)
+    return {label: (results[label], times[label]) for label in labels}
+
+
 class Bench:
-    def __init__(self, engine, repeat: int):
-        self.engine, self.repeat = engine, repeat
+    """One timed decode of a window: the reference loop, or the speculative loop with a drafter."""
+
+    def __init__(self, engine):
+        self.engine = engine
 
     def setup(self, encoded, request, language):
         from specscribe.models.decoding import GenerateOptions, max_new_tokens
@@ -47,24 +67,19 @@ class Bench:
         from specscribe.models.decoding import generate
 
         prompt, options, rules = self.setup(encoded, request, language)
-        times, gen = [], None
-        for _ in range(self.repeat):
-            t0 = time.perf_counter()
-            gen = generate(self.engine.session(encoded), prompt, rules, options)
-            times.append((time.perf_counter() - t0) * 1e3)
-        return gen, statistics.median(times)
+        t0 = time.perf_counter()
+        gen = generate(self.engine.session(encoded), prompt, rules, options)
+        return gen, (time.perf_counter() - t0) * 1e3
 
-    def speculative(self, encoded, request, language, make_drafter):
+    def speculative(self, encoded, request, language, make_drafter, spec=None):
+        """((Generation, SpecStats), ms); spec: SpecOptions(encoded rules) -> the loop's settings, None: defaults."""
         from specscribe.models.speculative import generate_window
 
         prompt, options, rules = self.setup(encoded, request, language)
-        times, out = [], None
-        for _ in range(self.repeat):
-            drafter = make_drafter(encoded, rules)
-            t0 = time.perf_counter()
-            out = generate_window(self.engine.session(encoded), prompt, rules, options, drafter, self.engine.dims.n_text_ctx)
-            times.append((time.perf_counter() - t0) * 1e3)
-        return out[0], out[1], statistics.median(times)
+        drafter = make_drafter(encoded, rules)
+        t0 = time.perf_counter()
+        out = generate_window(self.engine.session(encoded), prompt, rules, options, drafter, self.engine.dims.n_text_ctx, spec)
+        return out, (time.perf_counter() - t0) * 1e3
 
 
 def full_head_twin(engine, draft):
@@ -113,10 +128,10 @@ def run(args) -> dict:
     import torch
 
     from specscribe.clips import evaluation_windows
-    from specscribe.models.draft import DraftDecoder, shipped_checkpoint
-    from specscribe.models.drafters import PreviousHypothesisDrafter
+    from specscribe.machine import machine_info
+    from specscribe.models.draft import build_drafter, shipped_checkpoint
     from specscribe.models.engines import EngineOptions
-    from specscribe.models.spec_engine import SpecEngine
+    from specscribe.models.spec_engine import HYPOTHESIS_K, SpecEngine, hypothesis_spec_options
     from specscribe.models.registry import resolve_model
     from specscribe.models.types import DecodeRequest
     from specscribe.pipeline.audio import SAMPLE_RATE
@@ -127,13 +142,14 @@ def run(args) -> dict:
     trained = bool(args.draft_model) or shipped_checkpoint(args.model) is not None  # else: untrained layer copies
     draft = engine.draft
     factories = drafter_factories(engine, draft)
-    bench = Bench(engine, args.repeat)
+    bench = Bench(engine)
     clips = evaluation_windows()
     names = [n for n in CLIP_NAMES if not args.clips or n in args.clips.split(",")]
     report: dict = {
+        "machine": machine_info(engine.compute_type),
         "config": {
             "model": args.model, "compute_type": engine.compute_type, "threads": torch.get_num_threads(),
-            "repeat": args.repeat, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+            "repeat": args.repeat, "order": "interleaved, rotated each round", "hypothesis_k": HYPOTHESIS_K,
             "draft_decoder": str(args.draft_model or shipped_checkpoint(args.model) or "untrained copies of target layers (0, -1)"),
             "draft_trained": trained, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
@@ -147,14 +163,20 @@ def run(args) -> dict:
         encoded = engine.encode(audio)
         encode_ms = (time.perf_counter() - t0) * 1e3
         request = DecodeRequest(task=task, language=language, timestamps=True)
-        ref, ref_ms = bench.reference(encoded, request, language)
+        variants = {"reference_loop": lambda: bench.reference(encoded, request, language)}
+        for label, make in drafter_factories(engine, draft, language, task).items():
+            variants[label] = lambda make=make: bench.speculative(encoded, request, language, make)
+        measured = interleaved(variants, args.repeat)
+        ref, ref_times = measured.pop("reference_loop")
         row = {"duration_s": round(len(audio) / SAMPLE_RATE, 2), "encode_ms": round(encode_ms, 1), "task": task,
                "group": group_of(name, task),
-               "reference_loop": {"decode_ms": round(ref_ms, 1), "tokens": len(ref.tokens) + 1}, "drafters": {}}
-        for label, make in drafter_factories(engine, draft, language, task).items():
-            gen, stats, ms = bench.speculative(encoded, request, language, make)
+               "reference_loop": {"decode_ms": timing(ref_times)["median"], "decode_ms_timing": timing(ref_times),
+                                  "tokens": len(ref.tokens) + 1},
+               "drafters": {}}
+        for label, ((gen, stats), times) in measured.items():
+            ms = statistics.median(times)
             row["drafters"][label] = {
-                "decode_ms": round(ms, 1), "end_to_end_ms": round(ms + encode_ms, 1),
+                "decode_ms": round(ms, 1), "decode_ms_timing": timing(times), "end_to_end_ms": round(ms + encode_ms, 1),
                 **stats.to_dict(), "same_as_reference": gen.tokens == ref.tokens,
             }
         base = row["drafters"]["none"]["decode_ms"]
@@ -166,15 +188,28 @@ def run(args) -> dict:
             continue  # the streaming and near-tie checks below already cover both tasks
         print(f"{name}: " + ", ".join(f"{k} {v['decode_ms']:.0f} ms ({v['tokens_per_target_pass']:.2f} tok/pass)" for k, v in row["drafters"].items()), file=sys.stderr)
 
-        # streaming re-decode: first N-1 s, then first N s drafting from the first result
+        # streaming re-decode: first N-1 s, then first N s drafting from the first result, as the
+        # engine re-decodes (its default drafter given a hypothesis, its HYPOTHESIS_K settings)
         n = len(audio) / SAMPLE_RATE
         if n >= 3.0:
             short = engine.encode(audio[: int((n - 1.0) * SAMPLE_RATE)])
             hyp, _ = bench.reference(short, request, language)
-            plain, plain_stats, plain_ms = bench.speculative(encoded, request, language, factories["none"])
-            spec, st, ms = bench.speculative(encoded, request, language, lambda enc, rules: PreviousHypothesisDrafter(hyp.tokens))
+            eot = engine.tokenizer.eot
+
+            def from_hypothesis(enc, rules):
+                return build_drafter("auto", hyp.tokens, draft, enc.handle, rules, eot, engine.session(enc).cross, language, task)
+
+            measured = interleaved({
+                "none": lambda: bench.speculative(encoded, request, language, factories["none"]),
+                "hypothesis": lambda: bench.speculative(encoded, request, language, from_hypothesis,
+                                                        hypothesis_spec_options(eot, hyp.tokens)),
+            }, args.repeat)
+            (plain, _), plain_times = measured["none"]
+            (spec, st), times = measured["hypothesis"]
+            plain_ms, ms = statistics.median(plain_times), statistics.median(times)
             report["streaming"][name] = {
                 "n_s": round(n, 2), "none_decode_ms": round(plain_ms, 1), "hypothesis_decode_ms": round(ms, 1),
+                "none_decode_ms_timing": timing(plain_times), "hypothesis_decode_ms_timing": timing(times),
                 "decode_speedup": round(plain_ms / ms, 3), **{f"hypothesis_{k}": v for k, v in st.to_dict().items()},
                 "same_as_plain": spec.tokens == plain.tokens,
             }
@@ -183,9 +218,9 @@ def run(args) -> dict:
         for task in ("transcribe", "translate"):
             for ts in (True, False):
                 req = DecodeRequest(task=task, language=language, timestamps=ts)
-                plain_ref, _ = Bench(engine, 1).reference(encoded, req, language)
+                plain_ref, _ = bench.reference(encoded, req, language)
                 for label in ("ngram", "decoder", "random"):
-                    gen, _, _ = Bench(engine, 1).speculative(encoded, req, language, factories[label])
+                    (gen, _), _ = bench.speculative(encoded, req, language, factories[label])
                     report["near_ties"]["decodes"] += 1
                     if gen.tokens != plain_ref.tokens:
                         report["near_ties"]["differing"] += 1
@@ -242,7 +277,8 @@ def main(argv=None) -> int:
     p.add_argument("--compute-type", default="auto", help="auto (bf16 on AMX CPUs), float32, bfloat16, int8")
     p.add_argument("--draft-model", default=None, help="draft checkpoint (default: the shipped one, if any)")
     p.add_argument("--clips", default="", help="comma-separated subset of " + ",".join(CLIP_NAMES))
-    p.add_argument("--repeat", type=int, default=3, help="decodes per measurement; the median is reported")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="interleaved rounds (decodes per measurement); min and median are reported; 1 for a smoke run only")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = p.parse_args(argv)

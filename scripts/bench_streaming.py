@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from specscribe.clips import clips_dir, librivox_clips
+from specscribe.machine import machine_info
+from specscribe.models.compute import resolve_compute_type
 from specscribe.models.engines import EngineOptions, load_transcriber
 from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
 from specscribe.pipeline.longform import LongformOptions, transcribe_audio
@@ -235,7 +237,8 @@ def main(argv=None) -> int:
         "bench": "streaming",
         "chunk_s": args.chunk, "update_interval_s": args.update_interval, "threads": args.threads,
         "charge": args.charge,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "loadavg_1m_at_end": os.getloadavg()[0]},
+        "machine": {**machine_info(resolve_compute_type("auto", "cpu")), "platform": platform.platform(),
+                    "loadavg_1m_at_end": os.getloadavg()[0]},
         "goals": {"final_median": 1.5, "final_p90": 2.5, "partial_median": 0.8, "rtf_with_translation": 1.0},
         "loadavg_1m_at_start": load_start,
         "results": results,

@@ -9,7 +9,9 @@ Two ways to use it:
     nice -n 10 python scripts/eval_wer.py --engine ct2
 
 Prints JSON: per-clip WER, the corpus WER (total edits / total reference words) and the
-normalized texts. The normalizer is specscribe.pipeline.wer (shared with the tests).
+normalized texts. The normalizer is specscribe.pipeline.wer (shared with the tests). A clip
+without a transcript in --outputs counts as all deletions (an empty transcript, `missing: true`)
+and the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -28,15 +30,17 @@ def references() -> dict[Path, str]:
     return refs
 
 
-def hypotheses_from_outputs(folder: Path, refs: dict[Path, str]) -> dict[Path, str]:
-    out = {}
+def hypotheses_from_outputs(folder: Path, refs: dict[Path, str]) -> tuple[dict[Path, str], set[Path]]:
+    """Every clip's transcript from folder, and the clips that have none (scored as empty)."""
+    out, missing = {}, set()
     for path in refs:
         txt = folder / f"{path.stem}.txt"
         if txt.is_file():
             out[path] = txt.read_text()
         else:
-            print(f"eval_wer: no {txt}, skipped", file=sys.stderr)
-    return out
+            print(f"eval_wer: no {txt}: scored as an empty transcript (all deletions)", file=sys.stderr)
+            out[path], missing = "", missing | {path}
+    return out, missing
 
 
 def hypotheses_from_engine(engine: str, model: str, refs: dict[Path, str]) -> dict[Path, str]:
@@ -59,17 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.outputs and not args.engine:
         p.error("give --outputs DIR or --engine NAME")
     refs = references()
-    hyps = hypotheses_from_outputs(args.outputs, refs) if args.outputs else hypotheses_from_engine(args.engine, args.model, refs)
+    if args.outputs:
+        hyps, missing = hypotheses_from_outputs(args.outputs, refs)
+    else:
+        hyps, missing = hypotheses_from_engine(args.engine, args.model, refs), set()
     clips = [
-        {"clip": path.name, "wer": round(wer(refs[path], hyp), 4), "reference": normalize(refs[path]), "hypothesis": normalize(hyp)}
+        {"clip": path.name, "wer": round(wer(refs[path], hyp), 4), "missing": path in missing,
+         "reference": normalize(refs[path]), "hypothesis": normalize(hyp)}
         for path, hyp in hyps.items()
     ]
-    result = {
-        "corpus_wer": round(corpus_wer([refs[p] for p in hyps], list(hyps.values())), 4) if hyps else None,
-        "clips": clips,
-    }
+    result = {"corpus_wer": round(corpus_wer([refs[p] for p in hyps], list(hyps.values())), 4), "clips": clips}
     print(json.dumps(result, indent=2))
-    return 0 if hyps else 1
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":

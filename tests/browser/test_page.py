@@ -1,5 +1,7 @@
 """The live-caption page in real headless Chromium: its fake microphone plays JFK, the page streams it to a
-real `specscribe serve` (ct2 engine, base model), and the finals on the page must be JFK's words.
+real `specscribe serve` (its defaults: the spec engine, base model), and the finals on the page must be
+JFK's words: base gets all 22 right, so one wrong word fails. The English translation lines may have 2
+wrong words (measured: 2 on spec, "America is" for "Americans ask"; see tests/integration/test_server.py).
 
 Needs Debian's chromium + chromium-driver (.ci/run installs them) and selenium. Screenshots go to
 artifacts/ (gitignored).
@@ -28,10 +30,12 @@ def _words(text: str) -> list[str]:
     return re.sub(r"[^a-z' ]", " ", text.lower()).split()
 
 
-def _wer(ref: str, hyp: str) -> float:
-    import jiwer
+def _wrong_words(hyp: str) -> int:
+    """Edits against JFK's reference (22 words), normalized as pipeline/wer.py does."""
+    from specscribe.clips import JFK_TEXT
+    from specscribe.pipeline.wer import normalize, wer
 
-    return jiwer.wer(" ".join(_words(ref)), " ".join(_words(hyp)) or "<empty>")
+    return round(wer(JFK_TEXT, hyp) * len(normalize(JFK_TEXT).split()))
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +57,7 @@ def jfk_wav(tmp_path_factory, clips_dir) -> Path:
 @pytest.fixture(scope="module")
 def server_url(base_model_dir, tmp_path_factory):
     """`specscribe serve` in a subprocess on a free port; yields the page URL. Its log: artifacts/browser-server.log."""
-    cmd = [sys.executable, "-m", "specscribe", "serve", "--port", "0", "--engine", "ct2", "--max-clients", "2",
+    cmd = [sys.executable, "-m", "specscribe", "serve", "--port", "0", "--max-clients", "2",
            "--log-level", "info", "--update-interval", "1.0", "--max-backlog-seconds", "300"]  # patient on a busy CI
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "browser-server.log", "w")
@@ -157,26 +161,22 @@ def _strip_time(line: str) -> str:
 
 @pytest.mark.parametrize("translate", [False, True], ids=["captions", "with-translation"])
 def test_page_captions_jfk_in_real_chromium(server_url, jfk_wav, tmp_path, translate):
-    from specscribe.clips import JFK_TEXT
-
     result = _run_page(server_url, jfk_wav, tmp_path / "profile", translate=translate)
     text = " ".join(_strip_time(f) for f in result["finals"])
-    assert _wer(JFK_TEXT, text) < 0.25, text
+    assert _wrong_words(text) == 0, text
     assert result["first_final_before"] == result["first_final_after"]  # finals never change once shown
     assert result["error_hidden"] and result["live_region"] == "polite"
     assert result["srt"].startswith("1\n00:00:0") and " --> " in result["srt"]
     if translate:
         english = " ".join(result["translations"])
-        assert result["translations"] and _wer(JFK_TEXT, english) < 0.5, english
+        assert result["translations"] and _wrong_words(english) <= 2, english
     else:
         assert result["translations"] == []
 
 
 def test_page_resamples_in_the_worklet_at_the_device_rate(server_url, jfk_wav, tmp_path):
     """?rate=native keeps the AudioContext at the device rate (44.1/48 kHz): the worklet's own resampler."""
-    from specscribe.clips import JFK_TEXT
-
     result = _run_page(server_url, jfk_wav, tmp_path / "profile", translate=False, query="?rate=native")
     text = " ".join(_strip_time(f) for f in result["finals"])
-    assert _wer(JFK_TEXT, text) < 0.25, text
+    assert _wrong_words(text) == 0, text
 

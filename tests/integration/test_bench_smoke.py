@@ -32,6 +32,9 @@ BENCHES = [
     ),
     ("bench_batch.py", ["--repeat", "1", "--no-physics", "--batch-sizes", "2"]),
     ("bench_startup.py", ["--repeat", "1", "--cold", "0"]),
+    ("bench_speculative.py", ["--repeat", "1", "--clips", "jfk"]),
+    ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec"]),
+    # bench_server.py is left out for now: it is being reworked in another branch
 ]
 
 _outputs: dict[str, dict] = {}
@@ -96,3 +99,31 @@ def test_bench_engines_sections(tmp_path_factory):
     breakdown = jfk["spec_breakdown_ms"]
     assert breakdown["n_steps"] > 0 and breakdown["ms_per_step"] > 0 and breakdown["prompt_passes"] > 0
     assert breakdown["encoder"] > 0 and breakdown["language_detection"] > 0
+
+
+def test_bench_speculative_sections(tmp_path_factory):
+    from specscribe.models.spec_engine import HYPOTHESIS_K
+
+    script, args = next(b for b in BENCHES if b[0] == "bench_speculative.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    assert report["config"]["hypothesis_k"] == HYPOTHESIS_K
+    jfk = report["clips"]["jfk"]
+    assert {"none", "auto", "ngram", "decoder", "random"} <= set(jfk["drafters"])
+    for row in jfk["drafters"].values():
+        timing = row["decode_ms_timing"]
+        assert 0 < timing["min"] <= timing["median"] and timing["n"] == 1
+        assert row["same_as_reference"] and row["tokens"] > 0
+    assert jfk["drafters"]["none"]["drafted"] == 0
+    stream = report["streaming"]["jfk"]
+    assert stream["same_as_plain"] and stream["hypothesis_accepted"] > 0
+    assert stream["hypothesis_tokens_per_target_pass"] > 1  # a hypothesis run of more than one token per pass
+    assert report["near_ties"]["decodes"] == 12
+
+
+def test_bench_streaming_sections(tmp_path_factory):
+    script, args = next(b for b in BENCHES if b[0] == "bench_streaming.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    spec = report["results"]["spec"]
+    assert spec["engine"] == "spec" and spec["audio_s"] > 10
+    assert 0 < spec["partial_median"] and 0 < spec["final_median"] <= spec["final_p90"]
+    assert spec["clips"]["jfk"]["words_matched"] > 0 and spec["tokens_per_target_pass"] > 1

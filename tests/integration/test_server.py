@@ -1,34 +1,38 @@
-"""The server on the real model (ct2 engine, base) and the real StreamSession: JFK over the WebSocket, and
-the OpenAI-compatible endpoint driven by the `openai` Python client."""
+"""The server on the real model (base) and the real StreamSession: JFK over the WebSocket, and the
+OpenAI-compatible endpoint driven by the `openai` Python client.
+
+Runs on the default engine (spec, as `specscribe serve` starts) and on the ct2 baseline. base
+transcribes JFK with 0 % WER on both engines, streamed or not, so a single wrong word of its 22
+fails (pipeline/wer.py's normalization). Its streamed English "translation" is made a sentence of
+finals at a time, from shorter audio: measured 2 wrong words on spec ("America is" for "Americans
+ask"), 1 on ct2 ("American"); more than 2 fails."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 
 import pytest
 
 from specscribe.clips import JFK_TEXT
+from specscribe.pipeline.wer import normalize, wer
 
 pytestmark = pytest.mark.integration
 
-
-def _words(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z' ]", " ", text.lower()).split())
+JFK_WORDS = len(normalize(JFK_TEXT).split())  # 22
 
 
-def wer(ref: str, hyp: str) -> float:
-    import jiwer
+def wrong_words(hypothesis: str) -> int:
+    """Edits (substitutions, deletions, insertions) against JFK's reference."""
+    return round(wer(JFK_TEXT, hypothesis) * JFK_WORDS)
 
-    return jiwer.wer(_words(ref), _words(hyp) or "<empty>")
 
-
-@pytest.fixture(scope="module")
-def server(base_model_dir):
+@pytest.fixture(scope="module", params=["spec", "ct2"])
+def server(base_model_dir, request):
     from specscribe.models.engines import EngineOptions, load_transcriber
     from specscribe.web.server import BackgroundServer, ServerOptions, create_app
 
-    transcriber = load_transcriber(EngineOptions(engine="ct2", model=str(base_model_dir)))
+    transcriber = load_transcriber(EngineOptions(engine=request.param, model=str(base_model_dir)))
+    assert transcriber.name == request.param
     options = ServerOptions()
     with BackgroundServer(create_app(transcriber, options), options) as srv:
         yield srv
@@ -50,12 +54,12 @@ def test_websocket_jfk_with_translation(server, jfk):
     assert kinds[0] == "ready" and result.close_code == 1000 and not result.errors
     assert kinds[-1] == "stats" and result.messages[-1]["reason"] == "close"  # every final came before the close
     assert {"speech_start", "speech_end", "partial", "final", "translation"} <= set(kinds)
-    assert wer(JFK_TEXT, result.text) < 0.2, result.text
+    assert wrong_words(result.text) == 0, result.text
     assert [f["id"] for f in result.finals] == list(range(len(result.finals)))
     starts = [f["start"] for f in result.finals]
     assert starts == sorted(starts) and result.finals[-1]["end"] <= len(jfk) / 16000 + 1.0
     english = " ".join(m["text"] for m in result.messages if m["type"] == "translation")
-    assert wer(JFK_TEXT, english) < 0.5, english
+    assert wrong_words(english) <= 2, english
     stats = result.messages[-1]["stats"]
     assert stats["finals"] == len(result.finals) and stats["audio_seconds"] >= len(jfk) / 16000
 
@@ -65,13 +69,13 @@ def test_openai_client_against_the_endpoint(server, clips_dir):
     client = openai.OpenAI(base_url=server.http_url + "/v1", api_key="unused", timeout=300, max_retries=0)
     with open(clips_dir / "jfk.flac", "rb") as fh:
         result = client.audio.transcriptions.create(model="whisper-1", file=fh, language="en")
-    assert wer(JFK_TEXT, result.text) < 0.15, result.text
+    assert wrong_words(result.text) == 0, result.text
     with open(clips_dir / "jfk.flac", "rb") as fh:
         verbose = client.audio.transcriptions.create(
             model="whisper-1", file=fh, response_format="verbose_json", timestamp_granularities=["word", "segment"]
         )
     assert verbose.language == "en" and 10.0 < verbose.duration < 12.0
-    assert verbose.segments and verbose.words and wer(JFK_TEXT, verbose.text) < 0.15
+    assert verbose.segments and verbose.words and wrong_words(verbose.text) == 0, verbose.text
     with open(clips_dir / "jfk.flac", "rb") as fh:
         srt = client.audio.transcriptions.create(model="whisper-1", file=fh, response_format="srt")
     assert srt.startswith("1\n00:00:00,") and "country" in srt.lower()

@@ -46,7 +46,16 @@ def test_ngram_proposes_what_followed_the_latest_match():
     assert d.propose([99], 2).tokens == ()
     # the latest occurrence wins
     assert d.propose([5, 6, 7, 5, 6, 8, 5, 6], 1).tokens == (8,)
-    assert NgramDrafter(max_n=2, min_n=2).propose.__self__.min_n == 2
+    # min_n: a single matching token is not enough for min_n=2, a matching pair is
+    two = NgramDrafter(max_n=2, min_n=2)
+    two.begin([10, 11, 12, 13])
+    assert two.propose([99, 11], 2).tokens == ()
+    assert two.propose([10, 11], 2).tokens == (12, 13)
+    one = NgramDrafter(max_n=2, min_n=1)
+    one.begin([10, 11, 12, 13])
+    assert one.propose([99, 11], 2).tokens == (12, 13)
+    with pytest.raises(ValueError):
+        NgramDrafter(max_n=1, min_n=2)
 
 
 def test_chain_takes_first_non_empty_and_forwards_every_call():

@@ -40,6 +40,7 @@ class FakeTranscriber:
         self.decode_calls = 0
         self.requests: list[DecodeRequest] = []
         self.windows: list[tuple[float, float]] = []  # (offset, duration) of every encode
+        self.returned_stats: list[SpecStats] = []  # the stats of every decode, in order
 
     def _offset(self, audio: np.ndarray) -> int:
         for i in np.flatnonzero(self.stream == audio[0]):
@@ -78,6 +79,9 @@ class FakeTranscriber:
         if dur >= self.repeat_after and words:
             words = [Word(words[0].start, dur, " la" * 40)]  # fails the compression-ratio guard
         tokens = tuple(self._tok(w.text) for w in words)
+        stats = SpecStats(target_passes=max(1, len(tokens) // 2), tokens=len(tokens) + 1, drafted=len(tokens),
+                          accepted=len(tokens) // 2)
+        self.returned_stats.append(stats)
         seg = Segment(0.0, dur, "".join(w.text for w in words), tokens, tuple(words))
         return WindowResult(
             tokens=tokens,
@@ -86,7 +90,7 @@ class FakeTranscriber:
             language=request.language or "en",
             avg_logprob=-1.5 if self.no_speech else -0.2,
             no_speech_prob=0.9 if self.no_speech else 0.01,
-            stats=SpecStats(target_passes=max(1, len(tokens) // 2), tokens=len(tokens) + 1),
+            stats=stats,
         )
 
     def align_words(self, encoded, result):
@@ -353,7 +357,13 @@ def test_stats_event_and_pending_seconds():
     assert stats.type == "stats"
     assert stats.stats["audio_s"] == pytest.approx(5.0)
     assert stats.stats["updates"] == tr.decode_calls
-    assert stats.stats["tokens_per_target_pass"] > 1.0
+    # the totals are the sum over every decode the session ran, and the ratios are the totals'
+    total = sum(tr.returned_stats, SpecStats())
+    assert len(tr.returned_stats) == tr.decode_calls >= 2
+    assert (stats.stats["target_passes"], stats.stats["tokens"]) == (total.target_passes, total.tokens)
+    assert (stats.stats["drafted"], stats.stats["accepted"]) == (total.drafted, total.accepted)
+    assert stats.stats["tokens_per_target_pass"] == pytest.approx(total.tokens / total.target_passes, abs=1e-4)
+    assert stats.stats["acceptance_rate"] == pytest.approx(total.accepted / total.drafted, abs=1e-4)
     assert "rtf" in stats.stats
 
 
