@@ -1,7 +1,7 @@
 """The live-caption page in real headless Chromium: its fake microphone plays JFK, the page streams it to a
 real `specscribe serve` (ct2 engine, base model), and the finals on the page must be JFK's words.
 
-Needs Debian's chromium + chromium-driver (.ci/run installs them) and selenium. Screenshots go to
+Needs Debian's chromium + chromium-driver (make test installs them) and selenium. Screenshots go to
 artifacts/ (gitignored).
 """
 
@@ -76,7 +76,7 @@ def server_url(base_model_dir, tmp_path_factory):
 
 def _browser(wav: Path, profile: Path):
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.fail("chromium/chromedriver missing: apt-get install -y chromium chromium-driver (.ci/run does)")
+        pytest.fail("chromium/chromedriver missing: apt-get install -y chromium chromium-driver (make test does)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
