@@ -61,6 +61,8 @@ class ServerOptions:
         stream_defaults: StreamOptions that each client's config is applied on.
         max_upload_bytes: largest file accepted by the REST endpoint.
         max_rest_jobs: REST transcriptions run at once (more wait their turn).
+        max_connections: open connections (HTTP and WebSocket together) before new requests get
+            HTTP 503; bounds what idle or slow clients can hold (uvicorn's limit_concurrency).
     """
 
     limits: P.Limits = field(default_factory=P.Limits)
@@ -68,6 +70,7 @@ class ServerOptions:
     stream_defaults: StreamOptions = field(default_factory=StreamOptions)
     max_upload_bytes: int = 200 * 1024 * 1024
     max_rest_jobs: int = 2
+    max_connections: int = 64
 
 
 def default_session_factory() -> SessionFactory:
@@ -99,7 +102,7 @@ def create_app(
             make_session=make_session,
             limits=options.limits,
             stream_defaults=options.stream_defaults,
-            model=str(getattr(transcriber, "model_name", "?")),
+            model=public_model_name(transcriber),
             engine=str(getattr(transcriber, "name", "?")),
             slots=slots,
             languages=model_languages(transcriber),
@@ -135,7 +138,7 @@ def create_app(
         return JSONResponse(
             {
                 "status": "ok",
-                "model": str(getattr(transcriber, "model_name", "?")),
+                "model": public_model_name(transcriber),
                 "engine": str(getattr(transcriber, "name", "?")),
                 "sessions": slots.active,
                 "max_clients": slots.limit,
@@ -168,6 +171,13 @@ def create_app(
         lifespan=lifespan,
     )
     return _Outer(app)
+
+
+def public_model_name(transcriber: Transcriber) -> str:
+    """The model's name as clients see it: `--model /srv/models/large-v3` is announced as `large-v3`,
+    never as a server path (ready, /healthz, /v1/models)."""
+    name = str(getattr(transcriber, "model_name", "?")).rstrip("/\\")
+    return name.replace("\\", "/").rsplit("/", 1)[-1] or "?"
 
 
 def model_languages(transcriber: Transcriber) -> frozenset[str] | None:
@@ -247,6 +257,7 @@ def uvicorn_config(app: Any, options: ServerOptions, log_level: str = "warning")
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=5,
+        limit_concurrency=options.max_connections,
     )
 
 
