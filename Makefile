@@ -1,7 +1,9 @@
 # Two commands set everything up on a fresh machine:
 #   make run    venv + torch (CPU) + project + default models + clips, then the server (the main job)
 #   make test   the same set-up, then the whole test suite
-# Both are idempotent; a second run only re-checks stamps.
+# Both are idempotent; a second run only re-checks stamps. System packages (Debian) come first, from
+# scripts/system_deps.sh: installed with apt-get as root or with passwordless sudo, else one line saying
+# the command to run, and nothing else happens.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +13,7 @@ STAMP  := $(VENV)/.specscribe-installed
 ASSETS := $(VENV)/.specscribe-assets
 PYTEST_ARGS ?=
 
-.PHONY: setup run demo test test-fast clean
+.PHONY: setup run demo test test-fast clean system-deps-run system-deps-test
 
 setup: $(STAMP) $(ASSETS)
 
@@ -31,8 +33,14 @@ $(ASSETS): $(STAMP)
 	$(BIN)/specscribe clips install
 	touch $@
 
+system-deps-run system-deps-test: system-deps-%:
+	@PYTHON=$(PYTHON) sh scripts/system_deps.sh $*
+
 # The main job: the live-caption server on the default models (open the printed URL, press Start, speak).
-run: setup
+# The system check runs first, and alone (a recursive make), even under make -j.
+run:
+	@$(MAKE) --no-print-directory system-deps-run
+	@$(MAKE) --no-print-directory setup
 	$(BIN)/specscribe serve
 
 # A quick check without a microphone: transcribe the demo clip to out/jfk.{txt,srt,json}.
@@ -40,10 +48,14 @@ demo: setup
 	$(BIN)/specscribe transcribe "$$($(BIN)/specscribe clips path)/jfk.flac" -f txt,srt,json -o out
 	cat out/jfk.txt
 
-test: setup
+test:
+	@$(MAKE) --no-print-directory system-deps-test
+	@$(MAKE) --no-print-directory setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: setup
+test-fast:  # unit tests only: no browser needed
+	@$(MAKE) --no-print-directory system-deps-run
+	@$(MAKE) --no-print-directory setup
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
 clean:

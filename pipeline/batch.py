@@ -73,7 +73,8 @@ class BatchOptions:
         writer: output formatting.
         formats: output formats.
         output_dir: where outputs go (sub-folders mirror input directories).
-        skip_existing: skip inputs whose outputs all exist.
+        skip_existing: skip inputs whose outputs all exist (outputs are written atomically, so an
+            existing one is complete; an input killed half-way through its outputs is redone).
         workers: processes, each with its own model.
         quiet: no progress bars, no summary.
         batch_size: decodes that share each target pass (lanes in flight); 1 decodes one window

@@ -8,6 +8,7 @@ lines go into further cues that share the segment's time in proportion to their 
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -49,11 +50,16 @@ class Cue:
 
 
 # --- atomic files -------------------------------------------------------------------------
+TEMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" next to <name>: hidden, never an output name
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write text to path via a temp file in the same folder and os.replace: all or nothing."""
+    """Write text to path via a temp file in the same folder, fsync, os.replace, fsync of the folder:
+    all or nothing, even on kill -9 or power loss (a killed write leaves only a hidden temp file,
+    which the next write of the same path removes)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
@@ -66,6 +72,29 @@ def write_atomic(path: Path, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename durable (POSIX); a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def stale_temps(path: Path) -> list[Path]:
+    """Temp files that an interrupted write_atomic(path, ...) left behind."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.*{TEMP_SUFFIX}"))
 
 
 # --- time formats ---------------------------------------------------------------------------
@@ -218,7 +247,8 @@ def render(fmt: str, transcript: Transcript, segments: Sequence[Segment], option
 
 
 def output_paths(stem: Path, formats: Sequence[str], translation: bool) -> list[Path]:
-    """Every file write_outputs makes for stem (for --skip-existing)."""
+    """Every file write_outputs makes for stem (for --skip-existing: each is complete once it exists,
+    since it only ever appears by os.replace of a finished, fsynced temp file)."""
     paths = [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]
     if translation:
         paths += [stem.with_name(f"{stem.name}.translation.{fmt}") for fmt in formats if fmt != "json"]
@@ -239,6 +269,9 @@ def write_outputs(transcript: Transcript, stem: Path, formats: Sequence[str], op
             if fmt != "json":
                 path = stem.with_name(f"{stem.name}.translation.{fmt}")
                 texts.append((path, render(fmt, transcript, transcript.translation, options)))
+    for path, _ in texts:  # left by a run killed while writing this input
+        for tmp in stale_temps(path):
+            tmp.unlink(missing_ok=True)
     written: list[Path] = []
     try:
         for path, text in texts:

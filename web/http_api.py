@@ -13,6 +13,7 @@ live streams instead of blocking them for its whole duration.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any, Sequence
 
@@ -25,6 +26,9 @@ from specscribe.pipeline.audio import AudioError, load_audio
 from specscribe.web.security import key_ok, origin_ok
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+FORM_OVERHEAD = 65536  # bytes of multipart framing and text fields allowed on top of max_upload_bytes
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -105,7 +109,9 @@ class RestApi:
             self._check_access(request)
         except ApiError as exc:
             return exc.response()
-        name = str(self.transcriber.model_name)
+        from specscribe.web.server import public_model_name
+
+        name = public_model_name(self.transcriber)
         return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "specscribe"}]})
 
     async def transcriptions(self, request: Request) -> Response:
@@ -128,10 +134,13 @@ class RestApi:
             try:
                 audio = await asyncio.to_thread(load_audio, data)
             except AudioError as exc:
-                raise ApiError(400, f"could not read the uploaded file: {exc}", "file", "invalid_audio") from None
+                raise ApiError(400, f"could not read the uploaded file: {_public_reason(exc)}", "file", "invalid_audio") from None
             transcript = await self._transcribe(audio, task, language, fields.get("prompt"), words)
         except ApiError as exc:
             return exc.response()
+        except Exception:  # a server fault: logged here; the client learns nothing of paths or internals
+            log.exception("REST transcription failed")
+            return ApiError(500, "internal server error").response()
         return render(transcript, fmt, task, words)
 
     def _check_access(self, request: Request) -> None:
@@ -144,10 +153,15 @@ class RestApi:
     async def _read_form(self, request: Request) -> tuple[dict[str, Any], bytes]:
         limit = self.options.max_upload_bytes
         length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > limit + 65536:
+        if length and length.isdigit() and int(length) > limit + FORM_OVERHEAD:
             raise ApiError(413, f"upload is over the limit of {limit} bytes", "file")
+        # A chunked body has no Content-Length: count what arrives, and stop reading at the limit
+        # (the multipart parser would otherwise spool the whole body to disk before we see its size).
+        request = Request(request.scope, _limited_receive(request.receive, limit + FORM_OVERHEAD))
         try:
             form = await request.form(max_files=1, max_fields=32)
+        except ApiError:
+            raise
         except Exception as exc:  # malformed multipart: one line, no traceback
             raise ApiError(400, f"could not parse the multipart form ({type(exc).__name__})") from None
         upload = form.get("file")
@@ -168,13 +182,41 @@ class RestApi:
             raise ApiError(503, "server is starting")
         if language is not None and not self.transcriber.is_multilingual and language != "en":
             raise ApiError(400, f"the loaded model is English-only; language {language!r} is not available", "language")
+        from specscribe.web.server import model_languages
+
+        known = model_languages(self.transcriber)  # None: faster-whisper moved its list; not checked
+        if language is not None and known is not None and language not in known:
+            raise ApiError(400, "language must be an ISO 639-1 code Whisper knows, such as en, de or fr", "language")
         options = LongformOptions(language=language, task=task, word_timestamps=words, initial_prompt=prompt or None)
         proxy = _ScheduledTranscriber(self.transcriber, self.scheduler, asyncio.get_running_loop(), "rest-" + uuid.uuid4().hex[:8])
         async with self._slots:
             try:
                 return await asyncio.to_thread(transcribe_audio, proxy, audio, options, path="upload")
-            except (ValueError, KeyError) as exc:
-                raise ApiError(400, f"cannot transcribe: {exc}") from None
+            except (ValueError, KeyError):  # the request's options, but their text may name internals
+                log.exception("REST transcription refused")
+                raise ApiError(400, "cannot transcribe this request with these options") from None
+
+
+def _limited_receive(receive: Any, limit: int) -> Any:
+    """An ASGI receive() that raises ApiError(413) once the body passes limit bytes."""
+    seen = 0
+
+    async def wrapped() -> dict:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise ApiError(413, f"upload is over the limit of {limit - FORM_OVERHEAD} bytes", "file")
+        return message
+
+    return wrapped
+
+
+def _public_reason(exc: AudioError) -> str:
+    """An AudioError's reason without the decoder's own exception text (library internals)."""
+    reason = str(exc)
+    return "cannot decode audio" if reason.startswith("cannot decode audio") else reason
 
 
 def render(transcript: Any, fmt: str, task: str, words: bool) -> Response:

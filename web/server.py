@@ -63,6 +63,8 @@ class ServerOptions:
         max_upload_bytes: largest file accepted by the REST endpoint.
         max_rest_jobs: REST transcriptions run at once (more wait their turn).
         scheduler: the model scheduler's options (decode width, load policy).
+        max_connections: open connections (HTTP and WebSocket together) before new requests get
+            HTTP 503; bounds what idle or slow clients can hold (uvicorn's limit_concurrency).
     """
 
     limits: P.Limits = field(default_factory=P.Limits)
@@ -71,6 +73,7 @@ class ServerOptions:
     max_upload_bytes: int = 200 * 1024 * 1024
     max_rest_jobs: int = 2
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
+    max_connections: int = 64
 
 
 def default_session_factory() -> SessionFactory:
@@ -102,7 +105,7 @@ def create_app(
             make_session=make_session,
             limits=options.limits,
             stream_defaults=options.stream_defaults,
-            model=str(getattr(transcriber, "model_name", "?")),
+            model=public_model_name(transcriber),
             engine=str(getattr(transcriber, "name", "?")),
             slots=slots,
             languages=model_languages(transcriber),
@@ -139,7 +142,7 @@ def create_app(
         return JSONResponse(
             {
                 "status": "ok",
-                "model": str(getattr(transcriber, "model_name", "?")),
+                "model": public_model_name(transcriber),
                 "engine": str(getattr(transcriber, "name", "?")),
                 "sessions": slots.active,
                 "max_clients": slots.limit,
@@ -173,6 +176,13 @@ def create_app(
         lifespan=lifespan,
     )
     return _Outer(app)
+
+
+def public_model_name(transcriber: Transcriber) -> str:
+    """The model's name as clients see it: `--model /srv/models/large-v3` is announced as `large-v3`,
+    never as a server path (ready, /healthz, /v1/models)."""
+    name = str(getattr(transcriber, "model_name", "?")).rstrip("/\\")
+    return name.replace("\\", "/").rsplit("/", 1)[-1] or "?"
 
 
 def model_languages(transcriber: Transcriber) -> frozenset[str] | None:
@@ -252,6 +262,7 @@ def uvicorn_config(app: Any, options: ServerOptions, log_level: str = "warning")
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=5,
+        limit_concurrency=options.max_connections,
     )
 
 

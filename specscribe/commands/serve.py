@@ -32,6 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lim.add_argument("--idle-timeout", type=float, default=30.0, help="seconds without a client frame (default: %(default)s)")
     lim.add_argument("--max-backlog-seconds", type=float, default=60.0,
                      help="unprocessed audio a stream may have before it is closed as overloaded (default: %(default)s)")
+    lim.add_argument("--max-connections", type=int, default=None,
+                     help="open HTTP + WebSocket connections; beyond it requests get 503 (default: 64, or twice "
+                     "--max-clients if that is more)")
     lim.add_argument("--max-upload-mb", type=float, default=200.0, help="largest file for the REST endpoint (default: %(default)s)")
     add_engine_args(p)
     p.add_argument("--decode-width", type=int, default=16,
@@ -59,8 +62,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         return _fail("--port must be 0 ... 65535")
-    for name in ("max_clients", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb", "update_interval",
-                 "max_backlog_seconds", "decode_width"):
+    if args.max_connections is None:
+        args.max_connections = max(64, 2 * args.max_clients)
+    for name in ("max_clients", "max_connections", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb",
+                 "update_interval", "max_backlog_seconds", "decode_width"):
         if getattr(args, name) <= 0:
             return _fail(f"--{name.replace('_', '-')} must be positive")
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
@@ -75,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         stream_defaults=replace(StreamOptions(), update_interval=args.update_interval, encoder_pad=args.encoder_pad),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
         scheduler=SchedulerOptions(width=args.decode_width),
+        max_connections=args.max_connections,
     )
     try:
         sock = bind_socket(args.host, args.port)

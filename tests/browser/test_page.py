@@ -3,7 +3,7 @@ real `specscribe serve` (its defaults: the spec engine, base model), and the fin
 JFK's words: base gets all 22 right, so one wrong word fails. The English translation lines may have 2
 wrong words (measured: 2 on spec, "America is" for "Americans ask"; see tests/integration/test_server.py).
 
-Needs Debian's chromium + chromium-driver (.ci/run installs them) and selenium. Screenshots go to
+Needs Debian's chromium + chromium-driver (make test installs them) and selenium. Screenshots go to
 artifacts/ (gitignored).
 """
 
@@ -80,7 +80,7 @@ def server_url(base_model_dir, tmp_path_factory):
 
 def _browser(wav: Path, profile: Path):
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.fail("chromium/chromedriver missing: apt-get install -y chromium chromium-driver (.ci/run does)")
+        pytest.fail("chromium/chromedriver missing: apt-get install -y chromium chromium-driver (make test does)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -204,3 +204,16 @@ def test_failed_write_removes_the_other_files_of_the_same_input(tmp_path: Path, 
     with pytest.raises(OSError):
         write_outputs(_transcript(SEGS), tmp_path / "clip", writers.FORMATS, WriterOptions())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_outputs_removes_the_temp_files_of_a_killed_write(tmp_path: Path):
+    """kill -9 between mkstemp and os.replace leaves `.clip.txt.XXXX.tmp`; the next write of clip cleans it,
+    and leaves other inputs' temp files (maybe being written right now) alone."""
+    stale = tmp_path / ".clip.txt.k1ll3d.tmp"
+    stale.write_text("half a transc")
+    other = tmp_path / ".clip2.txt.abcd.tmp"
+    other.write_text("another input")
+    assert writers.stale_temps(tmp_path / "clip.txt") == [stale]
+    write_outputs(_transcript(SEGS), tmp_path / "clip", ("txt",), WriterOptions())
+    assert not stale.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".clip2.txt.abcd.tmp", "clip.txt"]
