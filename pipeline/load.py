@@ -1,14 +1,16 @@
 """How busy the model is, and what the server gives up first when it cannot keep up.
 
-The signal is the *lag*: how long caption jobs (streaming updates and finals) wait in the
-scheduler before the model starts them, smoothed over recent jobs. It rises with the number of
-sessions times the cost of an update, whatever the machine. From the lag, a level:
+The signal is the *lag*: how long caption jobs (streaming updates and finals) take from being
+submitted to their result (waiting for the model, then their own encode, decode and alignment),
+smoothed over recent jobs. Alone on the model an update takes a few tenths of a second; the lag
+rises with the number of sessions times the cost of an update, whatever the machine (waiting alone
+would miss it: with shared passes a job starts at once and then runs slower). From the lag, a level:
 
     level  lag (default)   what changes
-    0      < 0.5 s         nothing: updates every update_interval, translations as sentences end
-    1      < 1.0 s         updates every 2 x update_interval; translations wait for an utterance end
-    2      < 2.5 s         updates every 4 x update_interval (partials for fewer sessions at a time)
-    3      >= 2.5 s        updates every 8 x update_interval; new sessions are refused with `busy`
+    0      < 1.0 s         nothing: updates every update_interval, translations as sentences end
+    1      < 2.0 s         updates every 2 x update_interval; translations wait for an utterance end
+    2      < 3.5 s         updates every 4 x update_interval (partials for fewer sessions at a time)
+    3      >= 3.5 s        updates every 8 x update_interval; new sessions are refused with `busy`
 
 Finals are never dropped: an utterance's last decode runs at the highest priority at every level
 (pipeline/scheduler.py), and a session already streaming is never closed for load. Only a stream
@@ -26,7 +28,7 @@ class LoadPolicy:
     """Attributes: thresholds (lag seconds at which levels 1, 2 and 3 begin); smoothing (weight of
     the newest job's wait in the running lag)."""
 
-    thresholds: tuple[float, float, float] = (0.5, 1.0, 2.5)
+    thresholds: tuple[float, float, float] = (1.0, 2.0, 3.5)
     smoothing: float = 0.3
 
     def level(self, lag: float) -> int:
@@ -60,7 +62,7 @@ class Load:
 
 
 class LagMeter:
-    """The smoothed wait of caption jobs. Written by the model thread, read by the event loop (a
+    """The smoothed turnaround of caption jobs. Written by the model thread, read by the event loop (a
     float swap under the GIL)."""
 
     def __init__(self, policy: LoadPolicy = LoadPolicy()) -> None:

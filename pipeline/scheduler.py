@@ -18,7 +18,8 @@ loop): start jobs, one decode step, resume the programs whose decode finished, a
 - Order: by priority (FINAL, then UPDATE, then BACKGROUND), round-robin between sessions within
   a priority, so that no session waits behind another's stream of jobs. A BACKGROUND job
   (translation, REST upload) that has waited ``background_wait`` seconds ranks as an UPDATE.
-- Load: the wait of caption jobs feeds pipeline/load.py's lag; sessions read ``load``.
+- Load: the turnaround of caption jobs (submitted to done) feeds pipeline/load.py's lag; sessions
+  read ``load``.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class ModelScheduler:
             raise ValueError(f"width must be >= 1, got {options.width}")
         self.transcriber, self.options, self._clock = transcriber, options, clock
         self._cond = threading.Condition()
-        self._waiting: collections.OrderedDict[str, collections.deque[_Job]] = collections.OrderedDict()
+        # per (session, priority), in turn order: a session's translation never blocks its own updates
+        self._waiting: collections.OrderedDict[tuple[str, Priority], collections.deque[_Job]] = collections.OrderedDict()
         self._forgotten: set[str] = set()
         self._closed = False
         self._meter = LagMeter(options.load)
@@ -119,7 +121,7 @@ class ModelScheduler:
                 raise RuntimeError("the model scheduler is closed")
             self._forgotten.discard(session_id)
             self._model_s.setdefault(session_id, 0.0)
-            self._waiting.setdefault(session_id, collections.deque()).append(job)
+            self._waiting.setdefault((session_id, job.priority), collections.deque()).append(job)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="model", daemon=True)
                 self._thread.start()
@@ -145,8 +147,9 @@ class ModelScheduler:
     def forget(self, session_id: str) -> None:
         """Drop a closed session: its waiting jobs are cancelled, its running decodes stopped."""
         with self._cond:
-            for job in self._waiting.pop(session_id, ()):
-                job.future.cancel()
+            for key in [k for k in self._waiting if k[0] == session_id]:
+                for job in self._waiting.pop(key):
+                    job.future.cancel()
             self._forgotten.add(session_id)
             self._cond.notify()
         self._model_s.pop(session_id, None)
@@ -169,7 +172,7 @@ class ModelScheduler:
         running: dict[int, _Job] = {}  # by decode tag
         try:
             self._serve(running)
-        except BaseException as exc:  # a scheduler fault: nobody may wait forever
+        except BaseException:  # a scheduler fault: nobody may wait forever
             log.exception("the model thread failed; model jobs fail from now on")
             with self._cond:
                 self._closed = True
@@ -191,8 +194,6 @@ class ModelScheduler:
                 self._drop_forgotten(decodes, running)
                 starts = self._pick(min(1, self.options.width - len(running)))
             for job in starts:
-                if job.priority < Priority.BACKGROUND:
-                    self._meter.observe(self._clock() - job.submitted)
                 self._advance(job, None, next(tags), decodes, running)
             if running:
                 started = time.perf_counter()
@@ -227,10 +228,10 @@ class ModelScheduler:
         picked: list[_Job] = []
         now = self._clock()
         while len(picked) < room and self._waiting:
-            best: str | None = None
-            for session_id, jobs in self._waiting.items():  # in turn order: first best wins
+            best: tuple[str, Priority] | None = None
+            for key, jobs in self._waiting.items():  # in turn order: first best wins
                 if best is None or self._rank(jobs[0], now) < self._rank(self._waiting[best][0], now):
-                    best = session_id
+                    best = key
             jobs = self._waiting[best]
             picked.append(jobs.popleft())
             del self._waiting[best]
@@ -275,6 +276,8 @@ class ModelScheduler:
 
     def _finish(self, job: _Job, started: float, value: Any = None, error: BaseException | None = None) -> None:
         job.model_s += time.perf_counter() - started
+        if job.priority < Priority.BACKGROUND:
+            self._meter.observe(self._clock() - job.submitted)  # its turnaround: waiting + its own work
         self.jobs_done += 1
         _settle(job, value=value, error=error)
 

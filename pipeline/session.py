@@ -98,6 +98,8 @@ class StreamSession:
         self._final_id = 0
         self._group: list[tuple[int, tuple[Word, ...]]] = []  # finals waiting for translation
         self._last_translation = ""
+        self._translating: asyncio.Task | None = None  # the newest translation; each awaits the one before
+        self._translated: list[CaptionEvent] = []  # translation events not yet returned
         self._translated_until = 0.0
         self._stats = SpecStats()
         self._counts = collections.Counter()
@@ -140,6 +142,9 @@ class StreamSession:
             if self._in_speech:  # StreamOptions.vad=False, or a VAD that stays open
                 events += await self._end_utterance(self._ring.end, reset=True)
             events += await self._translate_group(force=True)
+            if self._translating is not None:
+                await self._translating
+            events += self._collect_translations()
             self._finished = True
             events.append(self._event("stats", stats=self.stats()))
             return events
@@ -197,7 +202,7 @@ class StreamSession:
             elif self._ring.end - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:
                 self._policy.skip(self._reach_back() / SAMPLE_RATE)  # long silence: no context kept
             self._trim_ring()
-        return events
+        return events + self._collect_translations()
 
     def _reach_back(self) -> int:
         """The earliest offset a speech start found in the next audio may need."""
@@ -308,7 +313,17 @@ class StreamSession:
         self._stats = self._stats + stats
         self._counts[counter] += 1
 
+    def _collect_translations(self) -> list[CaptionEvent]:
+        """Translation events finished since the last call (a failed translation raises here)."""
+        task = self._translating
+        if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()
+        events, self._translated = self._translated, []
+        return events
+
     async def _translate_group(self, force: bool) -> list[CaptionEvent]:
+        """Start translating the finals grouped so far, when due. It runs beside the next updates (their
+        decodes can share passes); its event comes back from a later process() or from finish()."""
         if not (self.options.translate and self.options.task == "transcribe") or not self._group:
             return []
         first, last = self._group[0][1][0], self._group[-1][1][-1]
@@ -329,13 +344,18 @@ class StreamSession:
         # English speech "translated" to English is (nearly) its transcript: draft it, the target verifies
         english = self._language == "en" and self.options.draft
         draft = "".join(w.text for _, words in group for w in words) if english else ""
-        job = translate_job(
-            self._ring.read(start, end), request, self._last_translation[-200:], self.options.encoder_pad, draft
-        )
-        tr = await self.scheduler.run(self.session_id, job, Priority.BACKGROUND)
-        self._account(tr.stats, "translations")
-        if not tr.text:
-            return []
-        self._last_translation = tr.text
-        return [self._event("translation", id=group[-1][0], start=first.start, end=last.end, text=tr.text)]
+        audio, before = self._ring.read(start, end), self._translating
+
+        async def translate() -> None:
+            if before is not None:
+                await before  # in order: each translation's prompt is the previous one's text
+            job = translate_job(audio, request, self._last_translation[-200:], self.options.encoder_pad, draft)
+            tr = await self.scheduler.run(self.session_id, job, Priority.BACKGROUND)
+            self._account(tr.stats, "translations")
+            if tr.text:
+                self._last_translation = tr.text
+                self._translated.append(self._event("translation", id=group[-1][0], start=first.start, end=last.end, text=tr.text))
+
+        self._translating = asyncio.ensure_future(translate())
+        return []
 

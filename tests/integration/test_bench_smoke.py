@@ -34,7 +34,8 @@ BENCHES = [
     ("bench_startup.py", ["--repeat", "1", "--cold", "0"]),
     ("bench_speculative.py", ["--repeat", "1", "--clips", "jfk"]),
     ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec"]),
-    # bench_server.py is left out for now: it is being reworked in another branch
+    ("bench_server.py", ["--clients", "2", "--configs", "spec", "--stream-seconds", "3"]),
+    ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2"]),
 ]
 
 _outputs: dict[str, dict] = {}
@@ -127,3 +128,20 @@ def test_bench_streaming_sections(tmp_path_factory):
     assert spec["engine"] == "spec" and spec["audio_s"] > 10
     assert 0 < spec["partial_median"] and 0 < spec["final_median"] <= spec["final_p90"]
     assert spec["clips"]["jfk"]["words_matched"] > 0 and spec["tokens_per_target_pass"] > 1
+
+
+def test_bench_server_sections(tmp_path_factory):
+    script, args = next(b for b in BENCHES if b[0] == "bench_server.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    (level,) = report["configs"]["spec"]["levels"]
+    assert level["clients"] == 2 and level["refused"] == 0 and level["lost"] == 0 and level["mixed_up"] == 0
+    assert level["finals"] > 0 and 0 < level["latency_median"] <= level["latency_p90"]
+    assert level["server_cpu_cores"] > 0 and level["server_rss_peak_mb"] > 0 and level["load_level_max"] is not None
+    assert all(c["wer"] <= 0.5 for c in level["per_client"])
+
+
+def test_bench_encoder_sections(tmp_path_factory):
+    script, args = next(b for b in BENCHES if b[0] == "bench_encoder.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    assert [(r["window_s"], r["batch"]) for r in report["rows"]] == [(6.0, 1), (6.0, 2)]
+    assert all(0 < r["s_per_window_min"] <= r["s_per_window_median"] for r in report["rows"])

@@ -274,7 +274,7 @@ def test_lag_is_smoothed_and_reset_when_idle():
     assert meter.load() == Load()
 
 
-def test_scheduler_reports_load_from_waiting_jobs():
+def test_scheduler_reports_load_from_caption_job_turnaround():
     engine = FakeEngine()
 
     async def main():
@@ -285,7 +285,7 @@ def test_scheduler_reports_load_from_waiting_jobs():
         await asyncio.sleep(0.05)
         second = asyncio.create_task(scheduler.run("b", lambda e: scheduler.load))  # as it starts
         await asyncio.sleep(0.01)
-        now[0] = 3.0  # b waited 3 s when it starts
+        now[0] = 4.0  # a's result comes 4 s after it was submitted; b starts after it
         engine.gate.set()
         load = await second
         await first
@@ -293,5 +293,5 @@ def test_scheduler_reports_load_from_waiting_jobs():
         return load, scheduler.load
 
     during, after = run(main())
-    assert during.level == 3 and during.lag_s == pytest.approx(3.0)
+    assert during.level == 3 and during.lag_s == pytest.approx(4.0)
     assert after == Load()  # idle again: no lag
