@@ -140,6 +140,11 @@ class ModelScheduler:
         """The current load (pipeline/load.py); no lag while no job is waiting or running."""
         return self._meter.load() if self._outstanding else Load()
 
+    @property
+    def sessions_held(self) -> int:
+        """Sessions the scheduler keeps state for (until ``forget``): a leak check for callers."""
+        return len(self._model_s)
+
     def model_seconds(self, session_id: str) -> float:
         """Model time spent on a session's jobs so far (its own work plus its share of passes)."""
         return self._model_s.get(session_id, 0.0)

@@ -188,13 +188,16 @@ class RestApi:
         if language is not None and known is not None and language not in known:
             raise ApiError(400, "language must be an ISO 639-1 code Whisper knows, such as en, de or fr", "language")
         options = LongformOptions(language=language, task=task, word_timestamps=words, initial_prompt=prompt or None)
-        proxy = _ScheduledTranscriber(self.transcriber, self.scheduler, asyncio.get_running_loop(), "rest-" + uuid.uuid4().hex[:8])
+        job_id = "rest-" + uuid.uuid4().hex[:8]
+        proxy = _ScheduledTranscriber(self.transcriber, self.scheduler, asyncio.get_running_loop(), job_id)
         async with self._slots:
             try:
                 return await asyncio.to_thread(transcribe_audio, proxy, audio, options, path="upload")
             except (ValueError, KeyError):  # the request's options, but their text may name internals
                 log.exception("REST transcription refused")
                 raise ApiError(400, "cannot transcribe this request with these options") from None
+            finally:
+                self.scheduler.forget(job_id)  # the scheduler keeps nothing of a finished request
 
 
 def _limited_receive(receive: Any, limit: int) -> Any:

@@ -148,6 +148,7 @@ def create_app(
                 "max_clients": slots.limit,
                 "model_jobs_done": ctx.scheduler.jobs_done if ctx else 0,
                 "load": ctx.scheduler.load.to_dict() if ctx else Load().to_dict(),
+                "model_sessions": ctx.scheduler.sessions_held if ctx else 0,  # state the scheduler holds
             }
         )
 

@@ -79,3 +79,8 @@ def test_openai_client_against_the_endpoint(server, clips_dir):
     with open(clips_dir / "jfk.flac", "rb") as fh:
         srt = client.audio.transcriptions.create(model="whisper-1", file=fh, response_format="srt")
     assert srt.startswith("1\n00:00:00,") and "country" in srt.lower()
+    import json
+    import urllib.request
+
+    health = json.loads(urllib.request.urlopen(server.http_url + "/healthz", timeout=10).read())
+    assert health["model_sessions"] == 0  # finished requests leave nothing behind in the scheduler

@@ -235,7 +235,9 @@ def test_model_seconds_are_counted_per_session():
         scheduler = ModelScheduler(engine)
         await scheduler.run("a", job("a", 3))
         used = scheduler.model_seconds("a")
+        assert scheduler.sessions_held == 1
         scheduler.forget("a")
+        assert scheduler.sessions_held == 0
         return used, scheduler.model_seconds("a")
 
     used, after = run(main())
