@@ -205,7 +205,7 @@ def test_busy_when_the_model_is_at_its_limit_and_streaming_sessions_keep_their_f
 
     load = [Load()]
     monkeypatch.setattr(ModelScheduler, "load", property(lambda self: load[0]))
-    with start() as srv:
+    with start(limits=replace(LIMITS, idle_timeout=30.0)) as srv:  # the first client idles while the second is refused
         async def main():
             async with websockets.connect(srv.ws_url) as first:
                 await first.send(config())
