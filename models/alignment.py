@@ -14,6 +14,7 @@ It runs on the FINAL tokens in one extra pass, so speculative decoding cannot ch
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 import numpy as np
@@ -129,7 +130,7 @@ def fit_words_to_segments(segments: Sequence[Segment], timings: list[dict], dura
             end = min(max(t["end"], start), seg.end, duration)
             words.append(Word(round(start, 3), round(end, 3), t["word"], round(t["probability"], 4)))
             last = end
-        out.append(Segment(seg.start, seg.end, seg.text, seg.tokens, tuple(words)))
+        out.append(dataclasses.replace(seg, words=tuple(words)))
     return tuple(out)
 
 

@@ -20,23 +20,60 @@ streaming re-decode verifies up to 32 hypothesis tokens a pass). Each sequence's
 (``DraftLength``) measures the whole step as its verify time, so drafting switches itself off
 where it does not pay.
 
+A decode may need several parts of a pass: a beam search or a best-of sampling (models/beam.py)
+gives every live hypothesis a part of its own, all in the same pass. The decode protocol
+(``Decoding``) is what SpecSequence, BeamSequence and SampleGroup share.
+
 With a batch-invariant target (models/invariant.py) every sequence's tokens are bitwise what
 it would decode alone, whatever joins or leaves.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass
-from typing import Callable, Generic, Hashable, Sequence, TypeVar
+from typing import Callable, Generic, Hashable, Protocol, Sequence, TypeVar
 
 import torch
 
-from specscribe.models.speculative import SpecResult, SpecSequence
+from specscribe.models.speculative import SpecResult
 from specscribe.models.whisper import PassPart
 
 Tag = TypeVar("Tag", bound=Hashable)
 PassRunner = Callable[[Sequence[PassPart]], list[torch.Tensor]]  # parts -> logits per part
+
+
+class Decoding(Protocol):
+    """One decode as steps of shared passes: plan its parts, the pass runs, consume their logits."""
+
+    propose_ms: float  # drafting time of the planned pass
+    cheap_drafter: bool  # drafts by lookups only (models/drafters.py Drafter.cheap)
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows the next pass needs before any draft."""
+        ...
+
+    @property
+    def drafted(self) -> int:
+        """Tokens drafted for the planned pass."""
+        ...
+
+    def wanted_drafts(self) -> int: ...
+
+    def plan(self, max_drafts: int | None = None) -> list[PassPart]:
+        """Draft (at most max_drafts tokens) and return this decode's parts of the next pass."""
+        ...
+
+    def consume(self, outputs: Sequence[torch.Tensor], pass_ms: float) -> None:
+        """outputs: per planned part, its logits; pass_ms: what the pass cost this decode."""
+        ...
+
+    def close(self) -> SpecResult: ...
 
 
 def run_decoder_pass(parts: Sequence[PassPart]) -> list[torch.Tensor]:
@@ -54,13 +91,35 @@ class StepStats:
     pass_ms: float
 
 
+@dataclass
+class StepTotals:
+    """StepStats summed over every step of a loop (constant memory: a server's loop runs for days).
+    Attributes: passes, sequences, rows, drafted, pass_ms (sums), max_sequences."""
+
+    passes: int = 0
+    sequences: int = 0
+    rows: int = 0
+    drafted: int = 0
+    pass_ms: float = 0.0
+    max_sequences: int = 0
+
+    def add(self, step: StepStats) -> None:
+        self.passes += 1
+        self.sequences += step.sequences
+        self.rows += step.rows
+        self.drafted += step.drafted
+        self.pass_ms += step.pass_ms
+        self.max_sequences = max(self.max_sequences, step.sequences)
+
+
 class BatchDecoder(Generic[Tag]):
     """The step loop over a set of sequences that join and leave between passes.
 
     Attributes:
         block: rows per block of the target's passes (PassShape.rows); 1 for a target
             without fixed shapes.
-        steps: StepStats of every step so far.
+        steps: StepStats of the most recent steps (at most ``history``).
+        totals: StepStats summed over every step.
     """
 
     def __init__(
@@ -68,16 +127,18 @@ class BatchDecoder(Generic[Tag]):
         block: int = 1,
         runner: PassRunner = run_decoder_pass,
         clock: Callable[[], float] = time.perf_counter,
+        history: int = 1000,
     ):
         self.block, self.runner, self.clock = max(1, block), runner, clock
-        self._active: dict[Tag, SpecSequence] = {}
+        self._active: dict[Tag, Decoding] = {}
         self._turn = 0  # round-robin start for draft rows
-        self.steps: list[StepStats] = []
+        self.steps: collections.deque[StepStats] = collections.deque(maxlen=history)
+        self.totals = StepTotals()
 
     def __len__(self) -> int:
         return len(self._active)
 
-    def add(self, tag: Tag, sequence: SpecSequence) -> None:
+    def add(self, tag: Tag, sequence: Decoding) -> None:
         """A sequence joins at the next step (a finished one is returned by that step at once)."""
         if tag in self._active:
             raise ValueError(f"a sequence tagged {tag!r} is already decoding")
@@ -102,11 +163,11 @@ class BatchDecoder(Generic[Tag]):
             out.append((tag, seq.close()))
         return out
 
-    def _draft_limits(self, running: list[tuple[Tag, SpecSequence]]) -> list[int | None]:
+    def _draft_limits(self, running: list[tuple[Tag, Decoding]]) -> list[int | None]:
         """Per sequence, the most tokens it may draft this step (None: no batch limit)."""
         if len(running) == 1:
             return [None]
-        pending = sum(len(seq.pending) for _, seq in running)
+        pending = sum(seq.pending_rows for _, seq in running)
         room = -(-pending // self.block) * self.block - pending  # the padding of the last block
         limits = [0] * len(running)
         n = len(running)
@@ -120,15 +181,19 @@ class BatchDecoder(Generic[Tag]):
                     room -= 1
         return limits
 
-    def _pass(self, running: list[tuple[Tag, SpecSequence]]) -> None:
+    def _pass(self, running: list[tuple[Tag, Decoding]]) -> None:
         limits = self._draft_limits(running)
-        parts = [seq.plan(limit) for (_, seq), limit in zip(running, limits)]
+        planned = [seq.plan(limit) for (_, seq), limit in zip(running, limits)]
+        parts = [part for own in planned for part in own]
         propose = [seq.propose_ms for _, seq in running]
-        drafted = sum(len(seq.draft.tokens) for _, seq in running)
+        drafted = sum(seq.drafted for _, seq in running)
         t0 = self.clock()
         logits = self.runner(parts)
         pass_ms = (self.clock() - t0) * 1e3
-        others = sum(propose)
-        for (_, seq), rows, own in zip(running, logits, propose):
-            seq.consume(rows, pass_ms + others - own)  # the whole step but its own drafting
-        self.steps.append(StepStats(len(running), sum(len(p.tokens) for p in parts), drafted, pass_ms))
+        others, at = sum(propose), 0
+        for (_, seq), own_parts, own in zip(running, planned, propose):
+            seq.consume(logits[at : at + len(own_parts)], pass_ms + others - own)  # the whole step but its own drafting
+            at += len(own_parts)
+        step = StepStats(len(running), sum(len(p.tokens) for p in parts), drafted, pass_ms)
+        self.steps.append(step)
+        self.totals.add(step)

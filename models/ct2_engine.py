@@ -1,7 +1,8 @@
 """The `ct2` engine: faster-whisper / CTranslate2 as it is, behind the Transcriber protocol.
 
 It is the baseline every benchmark compares against, and the fallback for users without torch.
-Greedy only (beam 1), no speculation: its SpecStats count emitted tokens and nothing else.
+No speculation: its SpecStats count emitted tokens and nothing else. Beam search, best-of sampling
+and n-best are CTranslate2's own (``generate``'s beam_size, patience, length_penalty, num_hypotheses).
 Features, prompt, suppression and word alignment follow faster-whisper 1.2.1's own code paths
 (``WhisperModel.get_prompt``, ``generate_with_fallback``'s generate call, ``add_word_timestamps``),
 so a window decoded here gives the tokens faster-whisper gives for the same window.
@@ -9,6 +10,7 @@ so a window decoded here gives the tokens faster-whisper gives for the same wind
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ import numpy as np
 
 from specscribe.models.engines import EngineOptions, SequentialDecodeLoop
 from specscribe.models.errors import ModelError
-from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
+from specscribe.models.types import Alternative, DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
 from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION, encoder_frames
 
 log = logging.getLogger(__name__)
@@ -125,34 +127,44 @@ class Ct2Engine:
             language, language_probability = self.detect_language(encoded)
         tokenizer = self._tokenizer(request.task, language)
         prompt = self._fw.get_prompt(
-            tokenizer, list(request.prompt_tokens), without_timestamps=not request.timestamps
+            tokenizer, list(request.prompt_tokens), without_timestamps=not request.timestamps,
+            hotwords=request.hotwords.strip() or None,
         )
         max_length = ct2_max_length(request.max_new_tokens, len(prompt))
-        if request.temperature > 0:
+        if request.temperature > 0:  # faster-whisper's sampled fallback: best_of samples, the best kept
             import ctranslate2
 
             if request.seed is not None:
                 ctranslate2.set_random_seed(request.seed)
-            sampling = {"sampling_topk": 0, "sampling_temperature": request.temperature}
+            search = {"beam_size": 1, "num_hypotheses": max(request.best_of, request.n_best),
+                      "sampling_topk": 0, "sampling_temperature": request.temperature}
         else:
-            sampling = {}
+            search = {"beam_size": request.beam_size, "patience": request.patience, "num_hypotheses": request.n_best}
         suppress = get_suppressed_tokens(tokenizer, list(request.suppress_tokens))
         started = time.perf_counter()
         result = self._ct2.generate(
             encoded.handle.output,
             [prompt],
-            beam_size=1,
+            length_penalty=request.length_penalty,
             max_length=max_length,
             return_scores=True,
             return_no_speech_prob=True,
             suppress_blank=request.suppress_blank,
             suppress_tokens=list(suppress),
             max_initial_timestamp_index=int(round(request.max_initial_timestamp / TIME_PRECISION)),
-            **sampling,
+            **search,
         )[0]
         elapsed_ms = (time.perf_counter() - started) * 1000
-        tokens = [t for t in result.sequences_ids[0] if t != tokenizer.eot]
-        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        ranked = []  # (tokens with timestamps, avg_logprob) per hypothesis, best first
+        for ids, score in zip(result.sequences_ids, result.scores):
+            toks = [t for t in ids if t != tokenizer.eot]
+            # faster-whisper's: the score is log-prob / length ** length_penalty
+            ranked.append((toks, float(score * len(toks) ** request.length_penalty / (len(toks) + 1))))
+        tokens, avg_logprob = ranked[0]
+        alternatives = []
+        for toks, avg in ranked[: request.n_best] if request.n_best > 1 else ():
+            text = tuple(t for t in toks if t < tokenizer.eot)  # timestamps dropped
+            alternatives.append(Alternative(tokenizer.decode(list(text)), text, avg))
         segments = split_segments(tokens, tokenizer, encoded.duration, self.decode_tokens)
         return WindowResult(
             tokens=tuple(tokens),
@@ -164,6 +176,7 @@ class Ct2Engine:
             no_speech_prob=float(result.no_speech_prob),
             temperature=request.temperature,
             stats=SpecStats(tokens=len(tokens) + 1, verify_ms=elapsed_ms),
+            alternatives=tuple(alternatives),
         )
 
     def align_words(self, encoded: EncodedAudio, result: WindowResult) -> tuple[Segment, ...]:
@@ -194,7 +207,7 @@ class Ct2Engine:
                 Word(float(w["start"]), float(w["end"]), w["word"], float(w["probability"]))
                 for w in d.get("words", ())
             )
-            out.append(Segment(float(d["start"]), float(d["end"]), seg.text, seg.tokens, words))
+            out.append(dataclasses.replace(seg, start=float(d["start"]), end=float(d["end"]), words=words))
         return tuple(out)
 
     def encode_text(self, text: str) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """Prompts, language detection, the reference generation loop and segment splitting.
 
 Everything here matches faster-whisper / CTranslate2 greedy decoding token for token:
-- ``build_prompt``: faster-whisper's ``WhisperModel.get_prompt`` (no hotwords/prefix);
+- ``build_prompt``: faster-whisper's ``WhisperModel.get_prompt`` (hotwords included; no prefix);
 - ``detect_language``: CTranslate2's ``detect_language`` (softmax over the language tokens'
   logits at the <|startoftranscript|> step);
 - ``generate``: one token per decoder pass over a ``DecoderSession``, with ``WhisperLogitRules``;
@@ -31,11 +31,14 @@ def build_prompt(
     no_timestamps: int,
     timestamps: bool,
     n_text_ctx: int = 448,
+    hotword_tokens: Sequence[int] = (),
 ) -> list[int]:
-    """[<|startofprev|> previous[-(n_text_ctx//2 - 1):]] + sot_sequence [+ <|notimestamps|>]."""
+    """[<|startofprev|> hotwords[:n_text_ctx//2 - 1] previous[-(n_text_ctx//2 - 1):]] + sot_sequence
+    [+ <|notimestamps|>]. hotword_tokens: the ids of " " + hotwords (faster-whisper's)."""
     prompt: list[int] = []
-    if previous_tokens:
+    if previous_tokens or hotword_tokens:
         prompt.append(sot_prev)
+        prompt.extend(list(hotword_tokens)[: n_text_ctx // 2 - 1])
         prompt.extend(list(previous_tokens)[-(n_text_ctx // 2 - 1) :])
     prompt.extend(sot_sequence)
     if not timestamps:

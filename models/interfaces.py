@@ -37,6 +37,14 @@ class DecoderSession(Protocol):
         """Drop cached positions >= length (roll back rejected tokens)."""
         ...
 
+    def fork(self) -> "DecoderSession":
+        """A new session on the same window whose cache is a copy of this one's (beam search)."""
+        ...
+
+    def copy_from(self, other: "DecoderSession") -> None:
+        """Make this session's cache a copy of other's (a spare session reused for a new beam)."""
+        ...
+
 
 class LogitRules(Protocol):
     """Whisper's decoding rules (suppression, blank at the first step, timestamp rules).

@@ -58,6 +58,15 @@ class KVCache:
         """Mark n newly written positions as valid (after all layers wrote them)."""
         self.length += n
 
+    def copy_from(self, other: "KVCache") -> None:
+        """Become a copy of other's valid positions (a beam forking from its parent)."""
+        n = other.length
+        if n > self.max_len or len(other.keys) != len(self.keys):
+            raise ValueError("caches of different shapes")
+        for mine, theirs in zip(self.keys + self.values, other.keys + other.values):
+            mine[:, :, :n].copy_(theirs[:, :, :n])
+        self.length = n
+
     def crop(self, length: int) -> None:
         """Drop positions >= length. Cropping beyond the current length is an error."""
         if not 0 <= length <= self.length:

@@ -30,16 +30,17 @@ from specscribe.models.compute import (
     set_threads,
 )
 from specscribe.models.alignment import align_words
-from specscribe.models.batch_decode import BatchDecoder
+from specscribe.models.batch_decode import BatchDecoder, Decoding
+from specscribe.models.beam import BeamOptions, BeamSequence, SampleGroup
 from specscribe.models.decoding import GenerateOptions, build_prompt, detect_language, max_new_tokens
 from specscribe.models.draft import build_drafter, load_draft_decoder
 from specscribe.models.engines import EngineOptions
 from specscribe.models.errors import ModelError
 from specscribe.models.invariant import PassShape
 from specscribe.models.logits import RuleConfig, WhisperLogitRules, suppressed_token_ids
-from specscribe.models.speculative import SpecOptions, SpecResult, SpecSequence, to_generation, window_sequence
+from specscribe.models.speculative import SpecOptions, SpecResult, to_generation, window_sequence, window_spec_options
 from specscribe.models.tokenizer import WhisperTokenizer
-from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, WindowResult
+from specscribe.models.types import Alternative, DecodeRequest, EncodedAudio, Segment, WindowResult
 from specscribe.models.whisper import DecoderSession, WhisperModel
 from specscribe.pipeline.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION, encoder_frames
 
@@ -164,6 +165,7 @@ class SpecEngine:
 
     def prompt(self, request: DecodeRequest, language: str) -> list[int]:
         tok = self.tokenizer
+        hotwords = tok.encode(" " + request.hotwords.strip()) if request.hotwords.strip() else ()
         return build_prompt(
             tok.sot_sequence(request.task, language),
             request.prompt_tokens,
@@ -171,6 +173,7 @@ class SpecEngine:
             tok.no_timestamps,
             request.timestamps,
             self.dims.n_text_ctx,
+            hotwords,
         )
 
     # --- Transcriber -------------------------------------------------------------------
@@ -232,6 +235,9 @@ class SpecEngine:
             seed=request.seed,
         )
         rules, session = self.rules(request), self.session(encoded)
+        if (request.beam_size > 1 and request.temperature == 0) or (request.best_of > 1 and request.temperature > 0):
+            group = self._hypothesis_group(session, prompt, rules, options, request)
+            return _Decode(group, options, encoded.duration, language, language_probability, request.temperature)
         # Temperature-fallback decodes run without drafts: with drafts, how much of the seeded random
         # stream a decode consumes depends on the timing-driven draft length, so the same seed could
         # give a different (equally likely) text on every run. Plain sampling is reproducible.
@@ -247,11 +253,28 @@ class SpecEngine:
         sequence = window_sequence(session, prompt, rules, options, drafter, self.dims.n_text_ctx, spec)
         return _Decode(sequence, options, encoded.duration, language, language_probability, request.temperature)
 
+    def _hypothesis_group(self, session: DecoderSession, prompt: list[int], rules: WhisperLogitRules,
+                          options: GenerateOptions, request: DecodeRequest) -> BeamSequence | SampleGroup:
+        """A beam search (temperature 0) or best-of sampling: every hypothesis a row of the same pass,
+        no drafts (models/beam.py)."""
+        spec = window_spec_options(options, self.dims.n_text_ctx)
+        if request.temperature == 0:
+            beam = BeamOptions(request.beam_size, request.patience, request.length_penalty, request.n_best)
+            return BeamSequence(session, rules, prompt, spec, beam)
+        return SampleGroup(session, rules, prompt, spec, request.best_of, request.length_penalty, request.seed,
+                           request.n_best)
+
     def finish_decode(self, job: "_Decode", res: SpecResult) -> WindowResult:
         from specscribe.models.ct2_engine import split_segments  # the same segments as the ct2 engine
 
         gen, tok = to_generation(res, job.options), self.tokenizer
         tokens = list(gen.tokens)
+        alternatives = []
+        for alt in res.alternatives:
+            g = to_generation(alt, job.options)
+            text = [(t, lp) for t, lp in zip(g.tokens, g.logprobs) if t < tok.eot]  # timestamps dropped
+            ids = tuple(t for t, _ in text)
+            alternatives.append(Alternative(tok.decode(list(ids)), ids, g.avg_logprob, tuple(lp for _, lp in text)))
         return WindowResult(
             tokens=tuple(tokens),
             text=tok.decode(tokens),
@@ -263,6 +286,7 @@ class SpecEngine:
             temperature=job.temperature,
             stats=res.stats,
             token_logprobs=gen.logprobs,
+            alternatives=tuple(alternatives),
         )
 
     def align_words(self, encoded: EncodedAudio, result: WindowResult) -> tuple[Segment, ...]:
@@ -299,9 +323,9 @@ class SpecEngine:
 
 @dataclass(frozen=True)
 class _Decode:
-    """One submitted decode: its sequence and what its WindowResult needs."""
+    """One submitted decode: its sequence (or hypothesis group) and what its WindowResult needs."""
 
-    sequence: SpecSequence
+    sequence: Decoding
     options: GenerateOptions
     duration: float
     language: str

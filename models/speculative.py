@@ -83,6 +83,8 @@ class SpecResult:
         finished: the decode ended with end-of-text (False: the length limit ended it).
         prompt_row_logits: raw logits (V,) at options.keep_prompt_row, or None.
         stats: counters and timings.
+        alternatives: the n-best hypotheses of a beam search or best-of sampling, ranked, this
+            one first (models/beam.py); empty for a single hypothesis.
     """
 
     tokens: tuple[int, ...]
@@ -90,6 +92,7 @@ class SpecResult:
     finished: bool
     prompt_row_logits: torch.Tensor | None
     stats: SpecStats
+    alternatives: tuple["SpecResult", ...] = ()
 
 
 class DraftLength:
@@ -148,7 +151,7 @@ class DraftLength:
             self.switch_offs += 1
 
 
-class _Stats:
+class StatsCounter:
     """Mutable counters during a decode; frozen into SpecStats at the end."""
 
     def __init__(self):
@@ -190,7 +193,7 @@ class SpecSequence:
         # the plain loop's limit: no pass writes beyond n_ctx, so at most n_ctx - P + 1 tokens
         self.limit = max(0, min(options.max_new_tokens, options.n_ctx - len(self.prompt) + 1))
         self.control = DraftLength(options)
-        self.stats = _Stats()
+        self.stats = StatsCounter()
         self.generated: list[int] = []
         self.logprobs: list[float] = []
         self.pending = self.prompt[target.length :]  # tokens not yet in the target's cache
@@ -209,6 +212,16 @@ class SpecSequence:
     def done(self) -> bool:
         return self.finished or len(self.generated) >= self.limit
 
+    @property
+    def pending_rows(self) -> int:
+        """Rows the next pass needs before any draft."""
+        return len(self.pending)
+
+    @property
+    def drafted(self) -> int:
+        """Tokens drafted for the planned pass."""
+        return len(self.draft.tokens)
+
     def wanted_drafts(self) -> int:
         """How many tokens the next pass would draft: the controller's k, within the room left
         (k drafts can emit k + 1 tokens) and the context."""
@@ -217,8 +230,8 @@ class SpecSequence:
         room = self.limit - len(self.generated)
         return max(0, min(self.control.next_k(), room - 1, self.options.n_ctx - self.target.length - len(self.pending)))
 
-    def plan(self, max_drafts: int | None = None) -> PassPart:
-        """Draft (at most max_drafts tokens) and return this sequence's rows of the next pass."""
+    def plan(self, max_drafts: int | None = None) -> list[PassPart]:
+        """Draft (at most max_drafts tokens) and return this sequence's rows of the next pass (one part)."""
         k = self.wanted_drafts() if max_drafts is None else min(self.wanted_drafts(), max_drafts)
         draft, self.propose_ms = Draft(()), 0.0
         if k > 0:
@@ -233,11 +246,12 @@ class SpecSequence:
             first = min(first, opts.keep_prompt_row - start)
         self._first = first
         prompt_rows = len(pending) if start < len(self.prompt) else 0  # the prompt attends as one group
-        return PassPart(self.target, pending + list(draft.tokens), logits_from=first, prompt_rows=prompt_rows)
+        return [PassPart(self.target, pending + list(draft.tokens), logits_from=first, prompt_rows=prompt_rows)]
 
-    def consume(self, logits: torch.Tensor, pass_ms: float) -> None:
-        """logits: the planned rows' (from logits_from on). pass_ms: what the pass cost this
-        sequence (a batch's whole pass time, others' drafting included)."""
+    def consume(self, outputs: Sequence[torch.Tensor], pass_ms: float) -> None:
+        """outputs: per planned part, its rows' logits (from logits_from on). pass_ms: what the pass
+        cost this sequence (a batch's whole pass time, others' drafting included)."""
+        (logits,) = outputs
         t0 = self.clock()
         opts, draft, pending = self.options, self.draft, self.pending
         start = self.target.length - len(pending) - len(draft.tokens)  # the cache length before the pass
@@ -283,10 +297,10 @@ def run_alone(seq: SpecSequence) -> SpecResult:
     """Drive one sequence to its end, every pass a pass of its own target session."""
     try:
         while not seq.done:
-            part = seq.plan()
+            (part,) = seq.plan()
             t0 = seq.clock()
             logits = seq.target.forward(part.tokens, logits_from=part.logits_from, prompt_rows=part.prompt_rows)
-            seq.consume(logits, (seq.clock() - t0) * 1e3)
+            seq.consume([logits], (seq.clock() - t0) * 1e3)
     finally:
         result = seq.close()
     return result
@@ -317,9 +331,18 @@ def window_sequence(
 ) -> SpecSequence:
     """A SpecSequence for the inputs of models/decoding.generate (its eot, length, temperature,
     seed and no-speech row come from ``options``; ``spec`` adds the draft-length settings)."""
+    spec = window_spec_options(options, n_ctx, spec)
+    generator = None
+    if options.temperature > 0 and options.seed is not None:
+        generator = torch.Generator().manual_seed(options.seed)
+    return SpecSequence(session, rules, prompt, drafter, spec, generator)
+
+
+def window_spec_options(options: "GenerateOptions", n_ctx: int, spec: SpecOptions | None = None) -> SpecOptions:
+    """SpecOptions with the eot, length, temperature and no-speech row of models/decoding's ``options``."""
     import dataclasses
 
-    spec = dataclasses.replace(
+    return dataclasses.replace(
         spec or SpecOptions(eot=options.eot),
         eot=options.eot,
         max_new_tokens=options.max_new_tokens,
@@ -327,10 +350,6 @@ def window_sequence(
         temperature=options.temperature,
         keep_prompt_row=options.sot_index if options.no_speech >= 0 else None,
     )
-    generator = None
-    if options.temperature > 0 and options.seed is not None:
-        generator = torch.Generator().manual_seed(options.seed)
-    return SpecSequence(session, rules, prompt, drafter, spec, generator)
 
 
 def to_generation(res: SpecResult, options: "GenerateOptions") -> "Generation":

@@ -30,6 +30,25 @@ class Word:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """One of the n-best hypotheses of a decode, or of a segment (its span of each hypothesis).
+
+    Attributes:
+        text: the hypothesis' text.
+        tokens: its text token ids (no timestamp or special tokens).
+        avg_logprob: a window's: its sum of log-probabilities / (all its tokens + 1), as
+            WindowResult's; a segment's: the mean log-probability of its tokens.
+        token_logprobs: per token of ``tokens``, its log-probability (a window's, where the engine
+            keeps them: spec; empty for ct2 and for a segment's).
+    """
+
+    text: str
+    tokens: tuple[int, ...]
+    avg_logprob: float
+    token_logprobs: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class Segment:
     """A run of text between two timestamp tokens (or a whole window without timestamps).
 
@@ -38,6 +57,9 @@ class Segment:
         text: decoded text of the segment.
         tokens: the text token ids of the segment (no timestamp tokens).
         words: word timings, empty unless word timestamps were asked for.
+        alternatives: the n-best texts of this span, best (the segment's own) first; empty unless
+            asked for (``--n-best``).
+        language: the language it was decoded in, when detected per window (``--multilingual``).
     """
 
     start: float
@@ -45,6 +67,8 @@ class Segment:
     text: str
     tokens: tuple[int, ...] = ()
     words: tuple[Word, ...] = ()
+    alternatives: tuple[Alternative, ...] = ()
+    language: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +136,13 @@ class DecodeRequest:
             for the previous-hypothesis drafter (streaming re-decodes).
         max_initial_timestamp: latest allowed first timestamp, seconds.
         seed: seed for sampling, so a fallback decode can be reproduced.
+        beam_size: beam search width at temperature 0 (1: greedy, the default).
+        patience: beam search stops once round(beam_size * patience) hypotheses finished.
+        length_penalty: hypotheses rank by log-prob / length ** length_penalty.
+        best_of: hypotheses sampled at a temperature > 0; the best one is kept.
+        n_best: hypotheses returned as WindowResult.alternatives (1: none), at most beam_size
+            (or best_of when sampling).
+        hotwords: words to favour, as faster-whisper's hotwords: a prompt after <|startofprev|>.
     """
 
     task: Task = "transcribe"
@@ -125,6 +156,18 @@ class DecodeRequest:
     hypothesis_tokens: tuple[int, ...] = ()
     max_initial_timestamp: float = 1.0
     seed: int | None = None
+    beam_size: int = 1
+    patience: float = 1.0
+    length_penalty: float = 1.0
+    best_of: int = 1
+    n_best: int = 1
+    hotwords: str = ""
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1 or self.best_of < 1 or self.n_best < 1 or self.patience <= 0:
+            raise ValueError("beam_size, best_of and n_best must be >= 1, patience > 0")
+        if self.n_best > max(self.beam_size, self.best_of):
+            raise ValueError(f"n_best {self.n_best} > beam_size {self.beam_size}: n-best needs that many beams")
 
 
 @dataclass(frozen=True)
@@ -143,6 +186,7 @@ class WindowResult:
         stats: speculative-decoding counters for this decode.
         token_logprobs: per token of ``tokens``, the log-probability the decode gave it (filtered,
             untempered logits); empty when the engine does not keep them (ct2).
+        alternatives: the n-best hypotheses (request.n_best > 1), ranked, this one first.
     """
 
     tokens: tuple[int, ...]
@@ -155,6 +199,7 @@ class WindowResult:
     temperature: float = 0.0
     stats: SpecStats = field(default_factory=SpecStats)
     token_logprobs: tuple[float, ...] = ()
+    alternatives: tuple[Alternative, ...] = ()
 
 
 @dataclass(frozen=True)

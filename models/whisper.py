@@ -306,7 +306,7 @@ class DecoderSession:
 
     def __init__(self, decoder: TextDecoder, enc: torch.Tensor, cross: list | None = None):
         # enc (1, S, d); cross: precomputed decoder.cross_keys_values(enc), or None to compute it
-        self.decoder = decoder
+        self.decoder, self.enc = decoder, enc
         layer0 = decoder.layers[0]
         d = decoder.positional_embedding.shape[1]
         self.dtype = decoder.positional_embedding.dtype
@@ -322,6 +322,16 @@ class DecoderSession:
 
     def crop(self, length: int) -> None:
         self.cache.crop(length)
+
+    def fork(self) -> "DecoderSession":
+        """A new session on the same window (cross K/V shared) whose cache copies this one's."""
+        other = DecoderSession(self.decoder, self.enc, cross=self.cross)
+        other.cache.copy_from(self.cache)
+        return other
+
+    def copy_from(self, other: "DecoderSession") -> None:
+        """Take over other's cache contents (a spare session reused for a new beam)."""
+        self.cache.copy_from(other.cache)
 
     def forward(
         self,

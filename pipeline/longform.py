@@ -11,7 +11,11 @@ Guards, as in openai/whisper and faster-whisper:
 - conditioning: the previous windows' text is the next prompt, but it is reset after a decode
   that needed a temperature above 0.5, which breaks repetition loops;
 - timestamps: window-relative times + the window's offset, clamped into the window, and made
-  monotonic (never going backwards) across segments, words and windows.
+  monotonic (never going backwards) across segments, words and windows;
+- beam search, best-of sampling and hotwords go into every window's request; with ``n_best`` each
+  segment carries its span of the window's n-best hypotheses (pipeline/alternatives.py); with
+  ``multilingual`` every window detects its own language (its segments carry it), else the first
+  speech window decides for the file.
 
 Lanes (pipeline/lanes.py): a file's windows can be cut into consecutive stretches, each decoded
 in order and conditioned on its own previous text (``lane_program``); the lanes of a file, and
@@ -31,6 +35,7 @@ import numpy as np
 
 from specscribe.models.engines import Transcriber
 from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, Task, WindowResult, Word
+from specscribe.pipeline.alternatives import with_alternatives
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.lanes import DecodeCall, LaneRunner
 from specscribe.pipeline.transcript import LongformOptions, TaskChoice, Timing, Transcript, WindowInfo
@@ -102,7 +107,7 @@ def _shift(segments: Sequence[Segment], offset: float, limit: float, floor: floa
         if words:
             start = min(start, words[0].start)
         end = clamp(max(offset + seg.end, words[-1].end if words else start), start)
-        out.append(Segment(round(start, 3), round(end, 3), seg.text, seg.tokens, tuple(words)))
+        out.append(replace(seg, start=round(start, 3), end=round(end, 3), words=tuple(words)))
         floor = end
     return tuple(out), floor
 
@@ -222,11 +227,14 @@ def lane_program(
             ts = time.perf_counter()
             encoded = transcriber.encode(audio[window.start : window.end])
             t_enc += time.perf_counter() - ts
+        language = plan.language
+        if options.multilingual and not (index == 0 and depth == 0 and plan.first is not None):
+            language, _ = transcriber.detect_language(encoded)  # mixed-language audio: per window
         for task in tasks:
             prompt: tuple[int, ...] = ()
             if options.condition_on_previous_text or (index, depth) == (first_index, 0):
                 prompt = tuple(history[task][reset_at[task] :][-223:])  # 448 // 2 - 1, like Whisper
-            request = DecodeRequest(task=task, language=plan.language, prompt_tokens=prompt)
+            request = options.decode_request(task, language, prompt)
             seed = options.seed + 1000 * index + 100 * depth
             kept = yield from fallback_program(encoded, request, options, seed)
             stats = stats + kept.stats
@@ -241,7 +249,9 @@ def lane_program(
             )
             if skipped or not result.segments:
                 continue
-            segments = result.segments
+            segments = with_alternatives(result.segments, result.alternatives, transcriber.decode_tokens)
+            if options.multilingual:
+                segments = tuple(replace(s, language=result.language) for s in segments)
             if options.word_timestamps and task == main_task:
                 ts = time.perf_counter()
                 segments = transcriber.align_words(encoded, result)

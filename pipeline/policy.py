@@ -15,7 +15,11 @@ LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRPro
 - committed text is append-only: it is never rewritten, only extended;
 - the buffer start moves to the end of the last committed sentence (or, past `trim_after`
   seconds, the last committed word), so the decoded span stays short and latency flat;
-- past `max_buffer` seconds the hypothesis is committed by force, so the buffer stays bounded.
+- past `max_buffer` seconds the hypothesis is committed by force, so the buffer stays bounded;
+- at a pause (a VAD speech end) the hypothesis is committed up to its first unsure word; the unsure
+  rest waits for the speech after the pause (Whisper often hears a word right only with what follows:
+  JFK's "ask not" comes out "asked not" (p 0.29) from the short utterance alone), or for the pause to
+  become an end.
 """
 
 from __future__ import annotations
@@ -104,6 +108,12 @@ class StreamingPolicy(Protocol):
         """The hypothesis for [window start, audio end) as words with absolute times."""
         ...
 
+    def pause(self, words: Sequence[Word]) -> PolicyUpdate:
+        """Last hypothesis before a pause in speech: commit it up to its first unsure word; the rest
+        stays pending (the partial), with its audio, until speech resumes (the next hypotheses, which
+        hear what follows, decide it) or `finish` (the pause became an end)."""
+        ...
+
     def finish(self, words: Sequence[Word], reset: bool = True) -> PolicyUpdate:
         """Last hypothesis of the buffer (end of utterance or stream): commit all of it.
 
@@ -161,6 +171,16 @@ class LocalAgreement:
         self._commit(commit)
         self._trim()
         return PolicyUpdate(tuple(commit), tuple(self._previous), self.buffer_start)
+
+    def pause(self, words: Sequence[Word]) -> PolicyUpdate:
+        new = self._new_words(words)
+        sure = 0
+        while sure < len(new) and new[sure].probability >= self.options.min_probability:
+            sure += 1
+        self._commit(new[:sure])
+        self._previous, self._older = new[sure:], []
+        self._trim()
+        return PolicyUpdate(tuple(new[:sure]), tuple(self._previous), self.buffer_start)
 
     def finish(self, words: Sequence[Word], reset: bool = True) -> PolicyUpdate:
         commit = self._new_words(words)

@@ -20,6 +20,8 @@ loop): start jobs, one decode step, resume the programs whose decode finished, a
   (translation, REST upload) that has waited ``background_wait`` seconds ranks as an UPDATE.
 - Load: the turnaround of caption jobs (submitted to done) feeds pipeline/load.py's lag; sessions
   read ``load``.
+- Memory: once the model has been idle for ``idle_trim_s``, freed heap memory goes back to the OS
+  (pipeline/memory.py), so a server's RSS does not creep up with allocator fragmentation.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any, Callable, Generator, TypeVar
 from specscribe.models.engines import SequentialDecodeLoop, Transcriber
 from specscribe.pipeline.lanes import DecodeCall
 from specscribe.pipeline.load import LagMeter, Load, LoadPolicy
+from specscribe.pipeline.memory import release_free_memory
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,11 +55,13 @@ class Priority(enum.IntEnum):
 @dataclass(frozen=True)
 class SchedulerOptions:
     """Attributes: width (decodes sharing one target pass at most); background_wait (seconds after
-    which a BACKGROUND job ranks as an UPDATE); load (the lag-to-level policy)."""
+    which a BACKGROUND job ranks as an UPDATE); load (the lag-to-level policy); idle_trim_s (idle
+    seconds after which freed memory is given back to the OS; None: never)."""
 
     width: int = 16
     background_wait: float = 10.0
     load: LoadPolicy = field(default_factory=LoadPolicy)
+    idle_trim_s: float | None = 1.0
 
 
 @dataclass(eq=False)
@@ -108,6 +113,7 @@ class ModelScheduler:
         self.steps = 0  # decode steps (target passes shared by the running decodes)
         self.shared_steps = 0  # steps that carried more than one decode
         self.decodes = 0  # decodes those steps finished
+        self.memory_trims = 0  # idle spells that gave freed memory back
 
     # ---- event-loop side ------------------------------------------------------------------
 
@@ -189,15 +195,23 @@ class ModelScheduler:
     def _serve(self, running: dict[int, _Job]) -> None:
         decodes = self._decode_loop()
         tags = iter(range(1 << 62))
+        trimmed = True  # nothing freed yet
         while True:
             with self._cond:
-                while not self._closed and not running and not self._waiting:
-                    self._meter.reset()  # idle: the next busy spell starts without lag
-                    self._cond.wait()
+                trim = self._wait_for_work(running, trim_after=None if trimmed else self.options.idle_trim_s)
                 if self._closed:
                     break
-                self._drop_forgotten(decodes, running)
-                starts = self._pick(min(1, self.options.width - len(running)))
+                if not trim:
+                    self._drop_forgotten(decodes, running)
+                    starts = self._pick(min(1, self.options.width - len(running)))
+            if trim:  # outside the lock: sessions can submit meanwhile
+                started = time.perf_counter()
+                release_free_memory()
+                self.memory_trims += 1
+                log.debug("idle: freed memory given back in %.1f ms", (time.perf_counter() - started) * 1e3)
+                trimmed = True
+                continue
+            trimmed = False
             for job in starts:
                 self._advance(job, None, next(tags), decodes, running)
             if running:
@@ -223,6 +237,15 @@ class ModelScheduler:
         for tag, job in running.items():
             decodes.cancel(tag)
             _settle(job, cancel=True)
+
+    def _wait_for_work(self, running: dict[int, _Job], trim_after: float | None) -> bool:
+        """Wait (caller holds the lock) until there is work or the scheduler closes; True instead when
+        the model has been idle for trim_after seconds (None: wait for work however long)."""
+        while not self._closed and not running and not self._waiting:
+            self._meter.reset()  # idle: the next busy spell starts without lag
+            if not self._cond.wait(trim_after) and trim_after is not None:
+                return True
+        return False
 
     def _decode_loop(self) -> Any:
         make = getattr(self.transcriber, "decode_loop", None)  # engines without one decode one by one

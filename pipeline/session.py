@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from specscribe.models.types import DecodeRequest, SpecStats, Word
+from specscribe.pipeline.alternatives import word_span_alternatives
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.policy import SENTENCE_END, LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
@@ -141,6 +142,7 @@ class StreamSession:
                 events += await self._on_vad(ev)
             if self._in_speech:  # StreamOptions.vad=False, or a VAD that stays open
                 events += await self._end_utterance(self._ring.end, reset=True)
+            events += await self._release_held()
             events += await self._translate_group(force=True)
             if self._translating is not None:
                 await self._translating
@@ -200,6 +202,7 @@ class StreamSession:
                 if due and self._vad.speech_seconds(self._last_update, self._ring.end) > 0:
                     events += await self._update(final=False, end=self._ring.end)
             elif self._ring.end - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:
+                events += await self._release_held()  # the pause became an end
                 self._policy.skip(self._reach_back() / SAMPLE_RATE)  # long silence: no context kept
             self._trim_ring()
         return events + self._collect_translations()
@@ -218,13 +221,15 @@ class StreamSession:
 
     async def _on_vad(self, ev: VadEvent) -> list[CaptionEvent]:
         if ev.kind == "start" and not self._in_speech:
-            self._in_speech = True
             start = max(ev.offset - self._pad, self._ring.start)
-            self._policy.insert_audio(self._ring.end / SAMPLE_RATE)
-            if start - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:
+            events = []
+            if start - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:  # after a long pause: a new utterance
+                events = await self._release_held()
                 self._policy.skip(start / SAMPLE_RATE)
+            self._in_speech = True
+            self._policy.insert_audio(self._ring.end / SAMPLE_RATE)
             self._last_update = start
-            return [self._event("speech_start", start=ev.offset / SAMPLE_RATE)]
+            return events + [self._event("speech_start", start=ev.offset / SAMPLE_RATE)]
         if ev.kind == "end" and self._in_speech:
             events = await self._end_utterance(min(ev.offset + self._pad, self._ring.end), reset=False)
             events.append(self._event("speech_end", end=ev.offset / SAMPLE_RATE))
@@ -232,10 +237,18 @@ class StreamSession:
         return []
 
     async def _end_utterance(self, end: int, reset: bool) -> list[CaptionEvent]:
+        """A speech end (reset False: a pause, its unsure words wait; see policy.pause) or the stream's end."""
         self._policy.insert_audio(end / SAMPLE_RATE)
         events = await self._update(final=True, end=end, reset=reset)
         self._in_speech = False
         self._speech_end = end
+        return events + await self._translate_group(force=True)
+
+    async def _release_held(self) -> list[CaptionEvent]:
+        """Commit the unsure words a pause held back (no speech came to decide them)."""
+        if self._in_speech or not self._policy.partial:
+            return []
+        events = self._emit(self._policy.finish(self._policy.partial, reset=False), self._speech_end, final=True)
         return events + await self._translate_group(force=True)
 
     def _request(self, seconds: float) -> DecodeRequest:
@@ -245,19 +258,22 @@ class StreamSession:
             timestamps=False,
             max_new_tokens=max_tokens_for(seconds),
             hypothesis_tokens=self._draft_tokens if self.options.draft else (),
+            beam_size=self.options.beam_size,
+            n_best=self.options.n_best,
+            hotwords=self.options.hotwords,
         )
 
     async def _update(self, final: bool, end: int, reset: bool = True) -> list[CaptionEvent]:
         start_s, prompt = self._policy.window()
         start = max(int(round(start_s * SAMPLE_RATE)), self._ring.start)
         self._last_update = end
-        events: list[CaptionEvent] = []
+        hyp: Hypothesis | None = None
         if (not final and end - start < MIN_WINDOW * SAMPLE_RATE) or end - start < int(0.1 * SAMPLE_RATE):
-            update = self._policy.finish((), reset) if final else None  # too short to decode
+            update = self._end((), reset) if final else None  # too short to decode
         elif self._vad.speech_seconds(start, end) < MIN_WINDOW_SPEECH:
             # silence only (e.g. the pause after a committed sentence): decoding it would only
             # echo the prompt back, so it is not decoded at all
-            update = self._policy.finish((), reset) if final else None
+            update = self._end((), reset) if final else None
         else:
             audio = self._ring.read(start, end)  # (end - start,)
             seconds = audio.size / SAMPLE_RATE
@@ -266,7 +282,7 @@ class StreamSession:
                 audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text, self.options.encoder_pad
             )
             priority = Priority.FINAL if final else Priority.UPDATE
-            hyp: Hypothesis = await self.scheduler.run(self.session_id, job, priority)
+            hyp = await self.scheduler.run(self.session_id, job, priority)
             self._account(hyp.stats, "updates")
             if hyp.rejected:
                 self._counts["rejected"] += 1
@@ -275,18 +291,44 @@ class StreamSession:
             if final and not hyp.words:
                 # the utterance's last decode failed the guards (a repetition loop, say) or came
                 # back empty: commit the last good hypothesis' tail rather than drop the utterance
-                update = self._policy.finish(self._policy.partial, reset)
+                update = self._end(self._policy.partial, reset)
             elif hyp.rejected:
                 update = None  # no information: keep the last good hypothesis (and its partial)
             else:
-                update = self._policy.finish(hyp.words, reset) if final else self._policy.process(hyp.words)
+                update = self._end(hyp.words, reset) if final else self._policy.process(hyp.words)
                 self._set_draft(hyp, start_s, update.buffer_start)
         if update is None:
-            return events
+            return []
+        events = self._emit(update, end, final, self._final_alternatives(hyp, update.committed))
+        if not final:
+            events += await self._translate_group(force=False)
+        return events
+
+    def _end(self, words, reset: bool):
+        """An utterance's last hypothesis: all of it final at the stream's end, up to its unsure words at a pause."""
+        if reset or not self.options.hold_unsure:
+            return self._policy.finish(words, reset)
+        return self._policy.pause(words)
+
+    def _final_alternatives(self, hyp: Hypothesis | None, committed) -> tuple[str, ...]:
+        """The n-best texts of the words committed from hyp (its own first; empty unless asked for)."""
+        if self.options.n_best < 2 or hyp is None or not committed or not hyp.alternatives:
+            return ()
+        ids = [id(w) for w in hyp.words]
+        a = ids.index(id(committed[0])) if id(committed[0]) in ids else -1
+        if a < 0 or ids[a : a + len(committed)] != [id(w) for w in committed]:
+            return ()  # not this decode's words (held ones committed later)
+        texts = [w.text for w in hyp.words]
+        return word_span_alternatives(texts, hyp.alternatives, a, a + len(committed), self.options.n_best)
+
+    def _emit(self, update, end: int, final: bool, alternatives: tuple[str, ...] = ()) -> list[CaptionEvent]:
+        """The final and partial events of a policy update (end: the decoded audio's end, ring offset)."""
+        events: list[CaptionEvent] = []
         if update.committed:
             words = update.committed
             text = "".join(w.text for w in words).strip()
-            events.append(self._event("final", id=self._final_id, start=words[0].start, end=words[-1].end, text=text, words=words))
+            events.append(self._event("final", id=self._final_id, start=words[0].start, end=words[-1].end, text=text,
+                                      words=words, alternatives=alternatives))
             self._group.append((self._final_id, words))
             self._final_id += 1
         partial = "".join(w.text for w in update.partial).strip()
@@ -297,8 +339,6 @@ class StreamSession:
                 self._event("partial", start=p[0].start if p else at, end=p[-1].end if p else at, text=partial, words=p)
             )
         self._last_partial = partial
-        if not final:
-            events += await self._translate_group(force=False)
         return events
 
     def _set_draft(self, hyp: Hypothesis, window_start: float, buffer_start: float) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from specscribe.models.engines import Transcriber
 from specscribe.models.types import DecodeRequest, SpecStats, WindowResult, Word
+from specscribe.pipeline.alternatives import split_words
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.lanes import DecodeCall
 
@@ -34,6 +35,7 @@ class Hypothesis:
         language: language decoded in.
         stats: speculative-decoding counters of this decode.
         rejected: why the guards dropped the text ("" when kept).
+        alternatives: the other n-best hypotheses (request.n_best > 1) as words, ranked.
     """
 
     words: tuple[Word, ...]
@@ -41,6 +43,7 @@ class Hypothesis:
     language: str
     stats: SpecStats
     rejected: str = ""
+    alternatives: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,12 +103,14 @@ def transcribe_job(
                     start = min(max(w.start, 0.0), duration)
                     end = min(max(w.end, start), duration)
                     words.append(Word(start + offset, end + offset, w.text, w.probability))
+        others = tuple(split_words(a.text) for a in result.alternatives[1:]) if words else ()
         return Hypothesis(
             words=tuple(words),
             tokens=tuple(result.tokens),
             language=result.language,
             stats=result.stats,
             rejected=rejected,
+            alternatives=others,
         )
 
     return job

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from specscribe.models.types import Segment, SpecStats, Task
+from specscribe.models.types import DecodeRequest, Segment, SpecStats, Task
 
 TaskChoice = Literal["transcribe", "translate", "both"]
 
@@ -30,6 +30,12 @@ class LongformOptions:
         seed: base seed for sampling at temperature > 0 (per window + attempt), for reproducibility.
         min_remainder_speech: seconds of VAD speech left after a decode's last segment that make
             the rest of the window decode again (Whisper stopped early).
+        beam_size, patience, length_penalty: beam search at temperature 0 (1: greedy, the
+            default), faster-whisper's semantics (models/beam.py).
+        best_of: hypotheses sampled per fallback temperature; the best is kept (faster-whisper: 5).
+        n_best: alternatives per segment (1: none), at most beam_size.
+        multilingual: detect the language of every window (mixed-language audio), not once per file.
+        hotwords: words to favour (faster-whisper's hotwords: a prompt after <|startofprev|>).
     """
 
     language: str | None = None
@@ -46,6 +52,20 @@ class LongformOptions:
     max_gap: float = 4.0
     seed: int = 0
     min_remainder_speech: float = 3.0
+    beam_size: int = 1
+    patience: float = 1.0
+    length_penalty: float = 1.0
+    best_of: int = 5
+    n_best: int = 1
+    multilingual: bool = False
+    hotwords: str = ""
+
+    def decode_request(self, task: Task, language: str | None, prompt: tuple[int, ...]) -> DecodeRequest:
+        """A window's temperature-0 request (fallback_program varies the temperature and seed)."""
+        return DecodeRequest(
+            task=task, language=language, prompt_tokens=prompt, beam_size=self.beam_size, patience=self.patience,
+            length_penalty=self.length_penalty, best_of=self.best_of, n_best=self.n_best, hotwords=self.hotwords,
+        )
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ class CaptionEvent:
         text: the caption text.
         words: word timings of a final.
         stats: for stats events, counters (SpecStats.to_dict() plus stream figures).
+        alternatives: for a final, the n-best texts of its span, its own first (StreamOptions.n_best).
     """
 
     type: EventType
@@ -35,6 +36,7 @@ class CaptionEvent:
     text: str = ""
     words: tuple[Word, ...] = ()
     stats: dict[str, Any] | None = None
+    alternatives: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "emitted_at": round(self.emitted_at, 3)}
@@ -51,6 +53,8 @@ class CaptionEvent:
                 {"start": round(w.start, 3), "end": round(w.end, 3), "text": w.text, "probability": round(w.probability, 3)}
                 for w in self.words
             ]
+        if self.alternatives:
+            out["alternatives"] = [{"text": t} for t in self.alternatives]
         if self.stats is not None:
             out["stats"] = self.stats
         return out
@@ -79,6 +83,12 @@ class StreamOptions:
             encodes buffer + pad instead of Whisper's full 30 s window (several times cheaper for
             short buffers; under ~2 s Whisper starts repeating itself). 30 or more: the full window,
             as batch transcription does (slower, the batch transcript's exact setting).
+        beam_size: beam search width of the decodes (1: greedy; beams are rows of one pass, no drafts).
+        n_best: `final` events carry up to this many alternative texts (1: none); <= beam_size.
+        hotwords: words to favour (faster-whisper's hotwords: a prompt after <|startofprev|>).
+        hold_unsure: at a pause (a speech end), words the model is unsure of stay partial until the
+            speech after the pause confirms or corrects them, or the pause lasts 2 s (session.py
+            CONTEXT_GAP); False commits an utterance's whole last hypothesis at its end.
     """
 
     language: str | None = None
@@ -95,3 +105,7 @@ class StreamOptions:
     trim_after: float = 12.0
     vad: bool = True
     encoder_pad: float = 5.0
+    hold_unsure: bool = True
+    beam_size: int = 1
+    n_best: int = 1
+    hotwords: str = ""

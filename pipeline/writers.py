@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from specscribe.models.types import Segment, Word
+from specscribe.models.types import Alternative, Segment, Word
 from specscribe.pipeline.longform import Transcript
 
 FORMATS = ("txt", "srt", "vtt", "json", "tsv")
@@ -202,12 +202,21 @@ def to_tsv(segments: Sequence[Segment]) -> str:
 
 def _segment_dict(seg: Segment, words: bool) -> dict:
     out = {"start": round(seg.start, 3), "end": round(seg.end, 3), "text": seg.text.strip()}
+    if seg.language is not None:
+        out["language"] = seg.language
     if words:
         out["words"] = [
             {"start": round(w.start, 3), "end": round(w.end, 3), "text": w.text.strip(), "probability": round(w.probability, 4)}
             for w in seg.words
         ]
+    if seg.alternatives:
+        out["alternatives"] = alternatives_json(seg.alternatives)
     return out
+
+
+def alternatives_json(alternatives: Sequence[Alternative]) -> list[dict]:
+    """A segment's n-best as JSON: [{text, tokens, avg_logprob}], best first."""
+    return [{"text": a.text.strip(), "tokens": list(a.tokens), "avg_logprob": round(a.avg_logprob, 4)} for a in alternatives]
 
 
 def to_json(transcript: Transcript, options: WriterOptions = WriterOptions()) -> str:

@@ -7,7 +7,9 @@ decoding are included on every side, as a user meets them:
 - ``fw_transcribe``: faster-whisper ``WhisperModel.transcribe`` (int8, beam 1, vad_filter=True,
   its default temperature fallback and conditioning);
 - ``fw_batched``: faster-whisper ``BatchedInferencePipeline.transcribe`` (int8, batch 8, beam 1
-  like ours; ``--fw-beam`` changes it; its own default is 5).
+  like ours; ``--fw-beam`` changes it; its own default is 5);
+- with ``--beam N``: ``specscribe_b{default}_beamN`` (`--beam-size N`) and ``fw_transcribe_beamN``
+  (faster-whisper's default mode: beam 5), beam search against beam search.
 Sides run interleaved in a rotating order, ``--repeat`` times; the JSON has min and median wall
 seconds per side, the ratio of the faster faster-whisper side to specscribe's default, and
 WER on the files that have references (jfk and the LibriVox clips), plus each side's
@@ -58,15 +60,16 @@ def run_side(side: str, files: list[Path], args: argparse.Namespace, work: Path)
     """Run one side as a process; returns (wall seconds, {file: text})."""
     out = work / side
     out.mkdir(parents=True, exist_ok=True)
+    side_name, _, beam_part = side.partition("_beam")
     if side.startswith("specscribe"):
-        size = side.split("_b")[-1]
+        size = side_name.split("_b")[-1]
         cmd = [sys.executable, "-m", "specscribe", "transcribe", *map(str, files), "-f", "json", "-o", str(out),
-               "-q", "--batch-size", size]
+               "-q", "--batch-size", size, "--beam-size", beam_part or "1"]
     else:
         from specscribe.models.registry import resolve_model
 
         mode = "batched" if side == "fw_batched" else "sequential"
-        beam = str(args.fw_beam if mode == "batched" else 1)
+        beam = str(args.fw_beam if mode == "batched" else beam_part or 1)
         cmd = [sys.executable, "-c", FW_SCRIPT, str(resolve_model(args.model)), mode, beam, str(out / "texts.json"),
                *map(str, files)]
     started = time.perf_counter()
@@ -87,7 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", default="8,1,4,16", help="specscribe --batch-size values; the first is the default")
     parser.add_argument("--fw-beam", type=int, default=1, help="beam size of fw_batched (faster-whisper's default: 5)")
     parser.add_argument("--no-physics", action="store_true", help="skip the 203 s lecture (smoke runs)")
+    parser.add_argument("--beam", type=int, default=0,
+                        help="also beam search at this width: specscribe's default batch size and fw transcribe")
     args = parser.parse_args(argv)
+    from specscribe.machine import cpu_times
+
+    started = cpu_times()
 
     from specscribe.machine import machine_info
     from specscribe.models.compute import resolve_compute_type
@@ -97,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = [f for f, _ in files]
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     sides = [f"specscribe_b{s}" for s in sizes] + ["fw_transcribe", "fw_batched"]
+    if args.beam > 1:
+        sides += [f"specscribe_b{sizes[0]}_beam{args.beam}", f"fw_transcribe_beam{args.beam}"]
     walls: dict[str, list[float]] = {s: [] for s in sides}
     texts: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     default = f"specscribe_b{sizes[0]}"
     fastest_fw = min(("fw_transcribe", "fw_batched"), key=lambda s: report_sides[s]["wall_s_median"])
     report = {
-        "machine": machine_info(resolve_compute_type("auto", "cpu")),
+        "machine": machine_info(resolve_compute_type("auto", "cpu"), since=started),
         "model": args.model,
         "repeat": args.repeat,
         "fw_batched_beam": args.fw_beam,
@@ -142,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "texts": texts,
     }
+    if args.beam > 1:  # beam search against beam search
+        ours, theirs = f"{default}_beam{args.beam}", f"fw_transcribe_beam{args.beam}"
+        report["beam"] = {
+            "width": args.beam,
+            "speedup_over_fw_transcribe": round(report_sides[theirs]["wall_s_median"] / report_sides[ours]["wall_s_median"], 3),
+            "slowdown_over_greedy": round(report_sides[ours]["wall_s_median"] / report_sides[default]["wall_s_median"], 3),
+        }
     text = json.dumps(report, indent=2)
     if args.out == "-":
         print(text)

@@ -27,6 +27,9 @@ def main() -> int:
     parser.add_argument("--compute-type", default="auto")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    from specscribe.machine import cpu_times
+
+    started = cpu_times()
 
     import numpy as np
     import torch
@@ -56,7 +59,7 @@ def main() -> int:
                 times[(w, b)].append((time.perf_counter() - t0) / b)
     rows = [{"window_s": w, "batch": b, "s_per_window_min": round(min(t), 4),
              "s_per_window_median": round(statistics.median(t), 4)} for (w, b), t in times.items()]
-    report = {"machine": machine_info(engine.compute_type), "repeat": args.repeat, "rows": rows}
+    report = {"machine": machine_info(engine.compute_type, since=started), "repeat": args.repeat, "rows": rows}
     for row in rows:
         print(f"window {row['window_s']:4.0f} s  batch {row['batch']}: {row['s_per_window_median']:.3f} s a window "
               f"(min {row['s_per_window_min']:.3f})", file=sys.stderr)

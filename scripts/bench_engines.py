@@ -196,7 +196,7 @@ def decode_together(engine, items: list) -> dict:
     while len(loop):
         results.update(loop.step())
     wall = (time.perf_counter() - started) * 1000
-    return {"wall_ms": wall, "results": [results[i] for i in range(len(items))], "steps": loop.batch.steps}
+    return {"wall_ms": wall, "results": [results[i] for i in range(len(items))], "steps": loop.batch.totals}
 
 
 def throughput_row(runs: list[dict]) -> dict:
@@ -210,11 +210,11 @@ def throughput_row(runs: list[dict]) -> dict:
         "wall_ms": summary(walls),
         "tokens": tokens,
         "tokens_per_s": {"best": round(tokens * 1000 / min(walls), 1), "median": round(tokens * 1000 / statistics.median(walls), 1)},
-        "passes": len(steps),
-        "emitted_per_pass": round(stats.tokens / len(steps), 2),  # end-of-text counted
-        "sequences_per_pass": round(statistics.mean(s.sequences for s in steps), 2),
-        "rows_per_pass": round(statistics.mean(s.rows for s in steps), 2),
-        "pass_ms_total": round(sum(s.pass_ms for s in steps), 1),
+        "passes": steps.passes,
+        "emitted_per_pass": round(stats.tokens / steps.passes, 2),  # end-of-text counted
+        "sequences_per_pass": round(steps.sequences / steps.passes, 2),
+        "rows_per_pass": round(steps.rows / steps.passes, 2),
+        "pass_ms_total": round(steps.pass_ms, 1),
         "drafted": stats.drafted,
         "accepted": stats.accepted,
         "acceptance": round(stats.acceptance_rate, 4),
@@ -439,9 +439,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from specscribe.machine import cpu_times, machine_info
     from specscribe.models.compute import resolve_compute_type
 
-    from specscribe.machine import machine_info
+    started = cpu_times()
 
     def resolve(t: str) -> str:  # "auto:8" -> "bfloat16:8"
         name, sep, rows = t.partition(":")
@@ -462,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         sections["engines"] = bench_engines(engines, spec, args.threads, {n: pool[n] for n in wanted}, args.repeat)
     ran = list(dict.fromkeys(ct for ct, _ in engines.loaded))
     report = {
-        "machine": {**machine_info(spec if spec in ran else ran[0]), "compute_types": ran},
+        "machine": {**machine_info(spec if spec in ran else ran[0], since=started), "compute_types": ran},
         "model": args.model,
         "repeat": args.repeat,
         "threads_option": args.threads,

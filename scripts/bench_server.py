@@ -211,7 +211,10 @@ def main() -> int:
     parser.add_argument("--server-arg", action="append", default=[], help="extra `specscribe serve` argument (repeatable)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
-    from specscribe.machine import machine_info
+    from specscribe.machine import cpu_times
+
+    started = cpu_times()
+    from specscribe.machine import machine_info, steal_share
     from specscribe.models.compute import resolve_compute_type
 
     levels = [int(x) for x in args.clients.split(",") if x.strip()]
@@ -247,6 +250,7 @@ def main() -> int:
         over = [r["clients"] for r in entry["levels"] if r["latency_p90"] is None or r["latency_p90"] > LATENCY_LIMIT]
         entry["first_n_with_p90_over_limit"] = over[0] if over else None
     report["machine"]["loadavg_end"] = os.getloadavg()
+    report["machine"]["cpu_steal_share"] = steal_share(started, cpu_times())
     text = json.dumps(report, indent=1)
     print(text)
     if args.out:

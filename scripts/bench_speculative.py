@@ -128,7 +128,7 @@ def run(args) -> dict:
     import torch
 
     from specscribe.clips import evaluation_windows
-    from specscribe.machine import machine_info
+    from specscribe.machine import cpu_times, machine_info
     from specscribe.models.draft import build_drafter, shipped_checkpoint
     from specscribe.models.engines import EngineOptions
     from specscribe.models.spec_engine import HYPOTHESIS_K, SpecEngine, hypothesis_spec_options
@@ -136,6 +136,7 @@ def run(args) -> dict:
     from specscribe.models.types import DecodeRequest
     from specscribe.pipeline.audio import SAMPLE_RATE
 
+    started = cpu_times()
     if args.threads:
         torch.set_num_threads(args.threads)
     engine = SpecEngine(resolve_model(args.model), EngineOptions(model=args.model, compute_type=args.compute_type, draft="decoder", draft_model=args.draft_model))
@@ -146,7 +147,7 @@ def run(args) -> dict:
     clips = evaluation_windows()
     names = [n for n in CLIP_NAMES if not args.clips or n in args.clips.split(",")]
     report: dict = {
-        "machine": machine_info(engine.compute_type),
+        "machine": machine_info(engine.compute_type, since=started),
         "config": {
             "model": args.model, "compute_type": engine.compute_type, "threads": torch.get_num_threads(),
             "repeat": args.repeat, "order": "interleaved, rotated each round", "hypothesis_k": HYPOTHESIS_K,

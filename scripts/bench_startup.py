@@ -157,9 +157,11 @@ def main() -> int:
     if args.repeat < 1 or args.cold < 0:
         p.error("--repeat must be >= 1 and --cold >= 0")
 
-    from specscribe.machine import machine_info
+    from specscribe.machine import cpu_times, machine_info
     from specscribe.models.compute import resolve_compute_type
     from specscribe.models.registry import models_dir, resolve_model
+
+    started = cpu_times()
 
     folder = resolve_model(args.model)
     specscribe = Path(sys.executable).parent / "specscribe"
@@ -209,7 +211,7 @@ def main() -> int:
         "what": "process start to exit, 5 s clip, spec engine (default options) vs faster-whisper int8",
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "clip": str(clip) if args.clip else "first 5 s of jfk.flac",
-        "machine": machine_info(compute_type),
+        "machine": machine_info(compute_type, since=started),
         "wait_idle_seconds": args.wait_idle,
         "load_average_before_after": [round(x, 2) for x in load_before] + [round(x, 2) for x in os.getloadavg()],
         "seconds": sides,

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from specscribe.clips import clips_dir, librivox_clips
-from specscribe.machine import machine_info
+from specscribe.machine import cpu_times, machine_info
 from specscribe.models.compute import resolve_compute_type
 from specscribe.models.engines import EngineOptions, load_transcriber
 from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
@@ -46,16 +46,17 @@ from specscribe.pipeline.types import StreamOptions
 from specscribe.pipeline.wer import wer
 
 PAD = StreamOptions().encoder_pad
-CONFIGS = {  # name: (engine, draft, translate, encoder_pad); 30 = Whisper's full 30 s window
-    "spec": ("spec", "auto", False, PAD),
-    "spec+translate": ("spec", "auto", True, PAD),
-    "spec-nodraft": ("spec", "none", False, PAD),
-    "spec-nodraft+translate": ("spec", "none", True, PAD),
-    "spec-fullwindow": ("spec", "auto", False, 30.0),
-    "spec-fullwindow+translate": ("spec", "auto", True, 30.0),
-    "ct2": ("ct2", "none", False, PAD),
-    "ct2+translate": ("ct2", "none", True, PAD),
-    "ct2-fullwindow": ("ct2", "none", False, 30.0),
+CONFIGS = {  # name: (engine, draft, translate, encoder_pad, hold_unsure); 30 = Whisper's full 30 s window
+    "spec": ("spec", "auto", False, PAD, True),
+    "spec+translate": ("spec", "auto", True, PAD, True),
+    "spec-nodraft": ("spec", "none", False, PAD, True),
+    "spec-nodraft+translate": ("spec", "none", True, PAD, True),
+    "spec-fullwindow": ("spec", "auto", False, 30.0, True),
+    "spec-fullwindow+translate": ("spec", "auto", True, 30.0, True),
+    "spec-nohold": ("spec", "auto", False, PAD, False),  # an utterance's last hypothesis all final at a pause
+    "ct2": ("ct2", "none", False, PAD, True),
+    "ct2+translate": ("ct2", "none", True, PAD, True),
+    "ct2-fullwindow": ("ct2", "none", False, 30.0, True),
 }
 
 
@@ -147,6 +148,62 @@ def pct(values, q) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
+def run_config(config: str, engine, clips: dict, refs: dict, args) -> dict:
+    """Every clip through one config once: per-clip figures, totals, and the raw latencies (_final, _partial)."""
+    eng, draft, translate, pad, hold = CONFIGS[config]
+    tr = engine(eng, draft)
+    options = StreamOptions(
+        language="en", translate=translate, update_interval=args.update_interval, draft=draft != "none",
+        encoder_pad=pad, hold_unsure=hold,
+    )
+    all_p, all_f, per_clip, wers = [], [], {}, []
+    totals = {"audio_s": 0.0, "compute_s": 0.0, "charged_s": 0.0, "wall_s": 0.0, "tokens": 0, "target_passes": 0}
+    for name, audio in clips.items():
+        t0, c0 = time.perf_counter(), time.process_time()
+        timer = time.perf_counter if args.charge == "wall" else cpu_clock(args.threads)
+        events = asyncio.run(simulate(tr, audio, options, args.chunk, timer))
+        wall = time.perf_counter() - t0
+        charged = wall if args.charge == "wall" else (time.process_time() - c0) / args.threads
+        stats = next(e.stats for e in events if e.type == "stats")
+        p_lat, f_lat, ends = word_latencies(events, refs[name])
+        all_p += p_lat
+        all_f += f_lat
+        clip = {
+            "words_ref": len(refs[name]),
+            "words_matched": len(f_lat),
+            "final_median": pct(f_lat, 50), "final_p90": pct(f_lat, 90),
+            "partial_median": pct(p_lat, 50), "partial_p90": pct(p_lat, 90),
+            "rtf_model_thread_wall": stats["rtf"], "rtf_charged": round(charged / (audio.size / SAMPLE_RATE), 4),
+            "tokens_per_target_pass": stats["tokens_per_target_pass"],
+            "translations": sum(1 for e in events if e.type == "translation"),
+            "wer_vs_batch": round(wer(" ".join(w.text for w in refs[name]), final_text(events)), 4),
+        }
+        wers.append(clip["wer_vs_batch"])
+        if audio.size / SAMPLE_RATE > 60 and f_lat:  # flatness over the long lecture
+            dur = audio.size / SAMPLE_RATE
+            thirds = [[f for f, e in zip(f_lat, ends) if k * dur / 3 <= e < (k + 1) * dur / 3] for k in range(3)]
+            clip["final_median_by_third"] = [pct(t, 50) for t in thirds]
+        per_clip[name] = clip
+        totals["audio_s"] += stats["audio_s"]
+        totals["compute_s"] += stats["compute_s"]
+        totals["wall_s"] += wall
+        totals["charged_s"] += charged
+        totals["tokens"] += stats["tokens"]
+        totals["target_passes"] += stats["target_passes"]
+        print(f"{config:>16} {name:>16}: {json.dumps(clip)}", file=sys.stderr)
+    return {
+        "engine": eng, "draft": draft, "translate": translate, "encoder_pad": pad, "hold_unsure": hold,
+        "final_median": pct(all_f, 50), "final_p90": pct(all_f, 90),
+        "partial_median": pct(all_p, 50), "partial_p90": pct(all_p, 90),
+        "rtf_model_thread_wall": round(totals["compute_s"] / totals["audio_s"], 4) if totals["audio_s"] else None,
+        "rtf_charged": round(totals["charged_s"] / totals["audio_s"], 4) if totals["audio_s"] else None,
+        "tokens_per_target_pass": round(totals["tokens"] / totals["target_passes"], 3) if totals["target_passes"] else None,
+        "wer_vs_batch_mean": round(float(np.mean(wers)), 4) if wers else None,
+        "audio_s": round(totals["audio_s"], 2), "compute_s": round(totals["compute_s"], 2),
+        "clips": per_clip, "_final": all_f, "_partial": all_p,
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clips", default="jfk,librivox,physicsworks")
@@ -157,8 +214,11 @@ def main(argv=None) -> int:
     ap.add_argument("--charge", choices=("wall", "cpu"), default="wall",
                     help="charge each update its wall time, or process CPU time / threads (shared machine)")
     ap.add_argument("--model", default="base")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds; each runs every config once, the order rotated by one per round (default: %(default)s)")
     ap.add_argument("--out", default="artifacts/bench_streaming.json")
     args = ap.parse_args(argv)
+    started = cpu_times()
     configs = [c for c in args.configs.split(",") if c]
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
@@ -175,71 +235,42 @@ def main(argv=None) -> int:
             )
         return engines[(name, draft)]
 
-    # reference word times: a batch decode with word timestamps (the baseline engine, untimed)
-    ref_engine = engine("ct2", "none")
+    # reference word times: a batch decode with word timestamps on the default engine, untimed (not
+    # ct2: once CTranslate2 has run in a process, torch's passes there are about 1.7x slower)
+    ref_engine = engine("spec", "auto")
     refs = {}
     for name, audio in clips.items():
         t = transcribe_audio(ref_engine, audio, LongformOptions(language="en", word_timestamps=True))
         refs[name] = [w for s in t.segments for w in s.words]
         print(f"reference {name}: {len(refs[name])} words", file=sys.stderr)
 
+    rounds = []  # per round: {config: result}
+    for r in range(args.repeat):
+        order = configs[r % len(configs):] + configs[: r % len(configs)]
+        rounds.append({config: run_config(config, engine, clips, refs, args) for config in order})
     results = {}
     for config in configs:
-        eng, draft, translate, pad = CONFIGS[config]
-        tr = engine(eng, draft)
-        options = StreamOptions(
-            language="en", translate=translate, update_interval=args.update_interval, draft=draft != "none", encoder_pad=pad
-        )
-        all_p, all_f, per_clip, totals = [], [], {}, {"audio_s": 0.0, "compute_s": 0.0, "charged_s": 0.0, "wall_s": 0.0, "tokens": 0, "target_passes": 0}
-        for name, audio in clips.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            timer = time.perf_counter if args.charge == "wall" else cpu_clock(args.threads)
-            events = asyncio.run(simulate(tr, audio, options, args.chunk, timer))
-            wall = time.perf_counter() - t0
-            charged = wall if args.charge == "wall" else (time.process_time() - c0) / args.threads
-            stats = next(e.stats for e in events if e.type == "stats")
-            p_lat, f_lat, ends = word_latencies(events, refs[name])
-            all_p += p_lat
-            all_f += f_lat
-            clip = {
-                "words_ref": len(refs[name]),
-                "words_matched": len(f_lat),
-                "final_median": pct(f_lat, 50), "final_p90": pct(f_lat, 90),
-                "partial_median": pct(p_lat, 50), "partial_p90": pct(p_lat, 90),
-                "rtf_model_thread_wall": stats["rtf"], "rtf_charged": round(charged / (audio.size / SAMPLE_RATE), 4),
-                "tokens_per_target_pass": stats["tokens_per_target_pass"],
-                "translations": sum(1 for e in events if e.type == "translation"),
-                "wer_vs_batch": round(wer(" ".join(w.text for w in refs[name]), final_text(events)), 4),
-            }
-            if audio.size / SAMPLE_RATE > 60 and f_lat:  # flatness over the long lecture
-                dur = audio.size / SAMPLE_RATE
-                thirds = [[f for f, e in zip(f_lat, ends) if k * dur / 3 <= e < (k + 1) * dur / 3] for k in range(3)]
-                clip["final_median_by_third"] = [pct(t, 50) for t in thirds]
-            per_clip[name] = clip
-            totals["audio_s"] += stats["audio_s"]
-            totals["compute_s"] += stats["compute_s"]
-            totals["wall_s"] += wall
-            totals["charged_s"] += charged
-            totals["tokens"] += stats["tokens"]
-            totals["target_passes"] += stats["target_passes"]
-            print(f"{config:>16} {name:>16}: {json.dumps(clip)}", file=sys.stderr)
+        runs = [rnd[config] for rnd in rounds]
+        pooled_f = [x for run in runs for x in run.pop("_final")]
+        pooled_p = [x for run in runs for x in run.pop("_partial")]
         results[config] = {
-            "engine": eng, "draft": draft, "translate": translate, "encoder_pad": pad,
-            "final_median": pct(all_f, 50), "final_p90": pct(all_f, 90),
-            "partial_median": pct(all_p, 50), "partial_p90": pct(all_p, 90),
-            "rtf_model_thread_wall": round(totals["compute_s"] / totals["audio_s"], 4) if totals["audio_s"] else None,
-            "rtf_charged": round(totals["charged_s"] / totals["audio_s"], 4) if totals["audio_s"] else None,
-            "tokens_per_target_pass": round(totals["tokens"] / totals["target_passes"], 3) if totals["target_passes"] else None,
-            "audio_s": round(totals["audio_s"], 2), "compute_s": round(totals["compute_s"], 2),
-            "clips": per_clip,
+            **{k: runs[0][k] for k in ("engine", "draft", "translate", "encoder_pad", "hold_unsure")},
+            "final_median": pct(pooled_f, 50), "final_p90": pct(pooled_f, 90),
+            "partial_median": pct(pooled_p, 50), "partial_p90": pct(pooled_p, 90),
+            "rounds": runs,
         }
+        if len(runs) > 1:
+            for key in ("final_median", "final_p90", "partial_median", "rtf_model_thread_wall", "wer_vs_batch_mean"):
+                values = [run[key] for run in runs if run[key] is not None]
+                results[config][f"{key}_min_median"] = [min(values), pct(values, 50)] if values else None
     report = {
         "bench": "streaming",
         "chunk_s": args.chunk, "update_interval_s": args.update_interval, "threads": args.threads,
         "charge": args.charge,
-        "machine": {**machine_info(resolve_compute_type("auto", "cpu")), "platform": platform.platform(),
+        "machine": {**machine_info(resolve_compute_type("auto", "cpu"), since=started), "platform": platform.platform(),
                     "loadavg_1m_at_end": os.getloadavg()[0]},
         "goals": {"final_median": 1.5, "final_p90": 2.5, "partial_median": 0.8, "rtf_with_translation": 1.0},
+        "repeat": args.repeat, "order": "configs rotated by one each round; latencies pooled over rounds",
         "loadavg_1m_at_start": load_start,
         "results": results,
     }

@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -147,7 +146,7 @@ class Soak:
             if (await self.healthz())["sessions"] == 0 and self.sample()["connections"] <= 1:
                 break
             await asyncio.sleep(0.5)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(3.0)  # the model idle for a while: freed memory went back (pipeline/memory.py)
         point = {"label": label, **self.sample(), "sessions": (await self.healthz())["sessions"]}
         self.quiet.append(point)
         return point
@@ -301,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     warmup = args.warmup if args.warmup is not None else min(120.0, args.duration / 4)
     settings = Settings(args.duration, min(warmup, args.duration), args.good, args.chaos, args.sample_interval,
                         args.max_frame_bytes, args.max_rss_growth_mb, args.max_fd_growth)
+    from specscribe.machine import cpu_times, machine_info
+    from specscribe.models.compute import resolve_compute_type
+
+    started = cpu_times()
     clips = load_clips()
     with tempfile.TemporaryFile("w+") as log_file:
         proc, host = start_server(args.engine, args.model, args.max_frame_bytes, args.server_arg, log_file)
@@ -315,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait()
         log_file.seek(0)
         server_log = log_file.read().splitlines()
-    report = {"engine": args.engine, "model": args.model, "machine": {"cpus": os.cpu_count()},
+    report = {"engine": args.engine, "model": args.model, "machine": machine_info(resolve_compute_type("auto", "cpu") if args.engine == "spec" else None, since=started),
               **report, "server_log_tail": server_log[-50:]}
     text = json.dumps(report, indent=2)
     print(text)

@@ -25,9 +25,28 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or "unknown"
 
 
-def machine_info(compute_type: str | None = None) -> dict:
+def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
+    """(stolen, total) CPU ticks of all cores since boot; None where /proc/stat is unreadable."""
+    try:
+        fields = stat.read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return (ticks[7], sum(ticks)) if fields[0] == "cpu" and len(ticks) == 8 else None
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of CPU time the hypervisor took from this VM between two cpu_times() readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round((after[0] - before[0]) / (after[1] - before[1]), 3)
+
+
+def machine_info(compute_type: str | None = None, since: tuple[int, int] | None = None) -> dict:
     """CPU model, vendor-neutral flags (avx512_bf16, amx ...), cores, torch threads and version,
-    and the compute type the benchmark ran at (as resolved, not "auto")."""
+    and the compute type the benchmark ran at (as resolved, not "auto"). since: a cpu_times()
+    reading from the run's start, for ``cpu_steal_share`` (time the hypervisor gave to other
+    guests: on a shared host it slows every figure, and interleaving spreads it evenly)."""
     from specscribe.models.compute import cpu_flags, cpu_has_fast_bf16
 
     flags = cpu_flags()
@@ -48,4 +67,6 @@ def machine_info(compute_type: str | None = None) -> dict:
         info["torch"] = None
     if compute_type is not None:
         info["compute_type"] = compute_type
+    if since is not None:
+        info["cpu_steal_share"] = steal_share(since, cpu_times())
     return info

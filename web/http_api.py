@@ -3,7 +3,9 @@
 Multipart form as in OpenAI's API: `file` (any audio or video PyAV reads), `model` (accepted and
 ignored: the server transcribes with the model it loaded), `language`, `prompt`, `temperature`,
 `response_format` (json | text | srt | vtt | verbose_json) and `timestamp_granularities[]`
-(segment, word). Errors use OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+(segment, word). Beyond OpenAI's fields, faster-whisper's: `beam_size`, `best_of`, `patience`,
+`length_penalty`, `hotwords`, `multilingual` (true/false), and `n_best` (verbose_json segments then
+carry `alternatives`). Errors use OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
 
 The file goes through pipeline/longform.py in a worker thread. Its model calls are routed one by one
 through the shared ModelScheduler (`_ScheduledTranscriber`), so a long upload takes turns with the
@@ -23,6 +25,7 @@ from starlette.routing import Route
 
 from specscribe.models.engines import Transcriber
 from specscribe.pipeline.audio import AudioError, load_audio
+from specscribe.pipeline.writers import alternatives_json
 from specscribe.web.security import key_ok, origin_ok
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -131,11 +134,14 @@ class RestApi:
             if task == "translate":
                 language = None
             words = "word" in fields.get("granularities", ())
+            search = search_options(fields)
+            if search.get("multilingual") and language is not None:
+                raise ApiError(400, "multilingual detects the language of every window: leave out language", "multilingual")
             try:
                 audio = await asyncio.to_thread(load_audio, data)
             except AudioError as exc:
                 raise ApiError(400, f"could not read the uploaded file: {_public_reason(exc)}", "file", "invalid_audio") from None
-            transcript = await self._transcribe(audio, task, language, fields.get("prompt"), words)
+            transcript = await self._transcribe(audio, task, language, fields.get("prompt"), words, search)
         except ApiError as exc:
             return exc.response()
         except Exception:  # a server fault: logged here; the client learns nothing of paths or internals
@@ -175,7 +181,8 @@ class RestApi:
         fields["granularities"] = tuple(form.getlist("timestamp_granularities[]")) + tuple(form.getlist("timestamp_granularities"))
         return fields, data
 
-    async def _transcribe(self, audio, task: str, language: str | None, prompt: str | None, words: bool):
+    async def _transcribe(self, audio, task: str, language: str | None, prompt: str | None, words: bool,
+                          search: dict[str, Any]):
         from specscribe.pipeline.longform import LongformOptions, transcribe_audio
 
         if self.scheduler is None:
@@ -187,7 +194,8 @@ class RestApi:
         known = model_languages(self.transcriber)  # None: faster-whisper moved its list; not checked
         if language is not None and known is not None and language not in known:
             raise ApiError(400, "language must be an ISO 639-1 code Whisper knows, such as en, de or fr", "language")
-        options = LongformOptions(language=language, task=task, word_timestamps=words, initial_prompt=prompt or None)
+        options = LongformOptions(language=language, task=task, word_timestamps=words, initial_prompt=prompt or None,
+                                  **search)
         job_id = "rest-" + uuid.uuid4().hex[:8]
         proxy = _ScheduledTranscriber(self.transcriber, self.scheduler, asyncio.get_running_loop(), job_id)
         async with self._slots:
@@ -198,6 +206,43 @@ class RestApi:
                 raise ApiError(400, "cannot transcribe this request with these options") from None
             finally:
                 self.scheduler.forget(job_id)  # the scheduler keeps nothing of a finished request
+
+
+MAX_BEAM = 8  # beams and samples are rows of every target pass: a bound on what one request may cost
+
+_SEARCH_FIELDS = {  # form field: (type, lowest, highest)
+    "beam_size": (int, 1, MAX_BEAM), "best_of": (int, 1, MAX_BEAM), "n_best": (int, 1, MAX_BEAM),
+    "patience": (float, 0.1, 10.0), "length_penalty": (float, 0.0, 10.0),
+}
+
+
+def search_options(fields: dict[str, Any]) -> dict[str, Any]:
+    """The LongformOptions of the form's search fields (absent ones keep their defaults). Raises ApiError."""
+    out: dict[str, Any] = {}
+    for name, (kind, low, high) in _SEARCH_FIELDS.items():
+        raw = (fields.get(name) or "").strip()
+        if not raw:
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ApiError(400, f"{name} must be a number from {low} to {high}", name) from None
+        if not low <= value <= high:
+            raise ApiError(400, f"{name} must be a number from {low} to {high}", name)
+        out[name] = value
+    if out.get("n_best", 1) > out.get("beam_size", 1):
+        raise ApiError(400, "n_best needs a beam_size at least as large (the alternatives are beams)", "n_best")
+    hotwords = (fields.get("hotwords") or "").strip()
+    if len(hotwords) > 500:
+        raise ApiError(400, "hotwords must be at most 500 characters", "hotwords")
+    if hotwords:
+        out["hotwords"] = hotwords
+    multilingual = (fields.get("multilingual") or "").strip().lower()
+    if multilingual not in ("", "true", "false", "1", "0"):
+        raise ApiError(400, "multilingual must be true or false", "multilingual")
+    if multilingual in ("true", "1"):
+        out["multilingual"] = True
+    return out
 
 
 def _limited_receive(receive: Any, limit: int) -> Any:
@@ -234,14 +279,19 @@ def render(transcript: Any, fmt: str, task: str, words: bool) -> Response:
     segments = []
     for i, s in enumerate(transcript.segments):
         window = _window_of(transcript, s, task)  # the decode's own figures (longform.WindowInfo)
-        segments.append({
+        segment = {
             "id": i, "seek": round((window.start if window else s.start) * 100), "start": s.start, "end": s.end,
             "text": s.text, "tokens": list(s.tokens),
             "temperature": window.temperature if window else 0.0,
             "avg_logprob": round(window.avg_logprob, 4) if window else 0.0,
             "compression_ratio": round(window.compression_ratio, 4) if window else 0.0,
             "no_speech_prob": round(window.no_speech_prob, 4) if window else 0.0,
-        })
+        }
+        if s.language is not None:
+            segment["language"] = s.language
+        if s.alternatives:
+            segment["alternatives"] = alternatives_json(s.alternatives)
+        segments.append(segment)
     body: dict[str, Any] = {
         "task": task, "language": transcript.language or "", "duration": round(transcript.duration, 3),
         "text": text, "segments": segments,

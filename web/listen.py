@@ -137,6 +137,9 @@ class Connection:
             task=config.task,
             translate=config.translate,
             interim_results=config.interim_results,
+            beam_size=max(config.beam_size, config.alternatives),
+            n_best=max(1, config.alternatives),
+            hotwords=config.hotwords,
         )
         try:
             self._session: CaptionSession | None = self.ctx.make_session(self.ctx.scheduler, self._options, self.session_id)

@@ -27,6 +27,8 @@ MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8_000, 192_000
 MAX_CHANNELS = 8
 MAX_TEXT_FRAME = 4096  # bytes: no control or config message is longer
 CONTROL_TYPES = ("finalize", "close", "keepalive")
+MAX_BEAM = 8  # beam_size and alternatives: each beam is a row of every target pass of the session
+MAX_HOTWORDS = 500  # characters
 
 
 class CloseCode:
@@ -80,6 +82,10 @@ class ClientConfig:
         task: "transcribe" or "translate" (into English) for the main captions.
         translate: also send an English `translation` after each final.
         interim_results: send `partial` events.
+        beam_size: beam search width of the session's decodes (1: greedy).
+        alternatives: `final` events carry this many alternative texts, best first (0 or 1: none);
+            the decodes then use a beam of at least this width.
+        hotwords: words to favour (faster-whisper's hotwords), "" for none.
     """
 
     sample_rate: int = 16_000
@@ -89,6 +95,9 @@ class ClientConfig:
     task: Literal["transcribe", "translate"] = "transcribe"
     translate: bool = False
     interim_results: bool = True
+    beam_size: int = 1
+    alternatives: int = 0
+    hotwords: str = ""
 
     @property
     def bytes_per_frame(self) -> int:
@@ -109,7 +118,8 @@ class Control:
 Message = Union[ClientConfig, Control]
 
 _LANGUAGE = re.compile(r"[A-Za-z]{2,8}(-[A-Za-z]+)?")
-_CONFIG_KEYS = {"type", "sample_rate", "encoding", "channels", "language", "task", "translate", "interim_results"}
+_CONFIG_KEYS = {"type", "sample_rate", "encoding", "channels", "language", "task", "translate", "interim_results",
+                "beam_size", "alternatives", "hotwords"}
 
 
 def parse_text(text: str | bytes, *, expect_config: bool, languages: frozenset[str] | None = None) -> Message:
@@ -173,12 +183,23 @@ def parse_config(msg: dict[str, Any], languages: frozenset[str] | None = None) -
         if not isinstance(value, bool):
             raise _bad_config(f"{key} must be true or false, got {_short(value)}")
         flags[key] = value
+    for key, low in (("beam_size", 1), ("alternatives", 0)):
+        value = msg.get(key, low)
+        if isinstance(value, float) and value.is_integer():  # JSON Schema's integers include 2.0
+            value = int(value)
+        if not _is_int(value) or not low <= value <= MAX_BEAM:
+            raise _bad_config(f"{key} must be an integer from {low} to {MAX_BEAM}, got {_short(value)}")
+        flags[key] = value
+    hotwords = msg.get("hotwords", "")
+    if not isinstance(hotwords, str) or len(hotwords) > MAX_HOTWORDS:
+        raise _bad_config(f"hotwords must be a string of at most {MAX_HOTWORDS} characters")
     return ClientConfig(
         sample_rate=int(rate),
         encoding=encoding,
         channels=int(channels),
         language=language.lower() if language else None,
         task=task,
+        hotwords=hotwords.strip(),
         **flags,
     )
 
@@ -251,6 +272,9 @@ def ready_message(session_id: str, model: str, engine: str, config: ClientConfig
             "task": config.task,
             "translate": config.translate,
             "interim_results": config.interim_results,
+            "beam_size": config.beam_size,
+            "alternatives": config.alternatives,
+            "hotwords": config.hotwords,
         },
         "limits": limits.to_dict(),
     }

@@ -35,6 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--output", metavar="FILE", help="save as it goes: FILE.srt, FILE.vtt or FILE.jsonl")
     add_streaming_args(s)
     s.add_argument("--no-partials", action="store_true", help="show final text only")
+    s.add_argument("--hotwords", default="", metavar="TEXT", help="words to favour, e.g. \"Kubernetes, Dvořák\"")
+    s.add_argument("--beam-size", type=int, default=1, metavar="N",
+                   help="beam search width of each update (1: greedy, the default; beams cost rows of every pass)")
     p.set_defaults(func=run)
 
 
@@ -69,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--realtime needs --input FILE")
     if args.update_interval <= 0 or args.update_interval > 5:
         return _fail("--update-interval must be in (0, 5] seconds")
+    if not 1 <= args.beam_size <= 8:
+        return _fail("--beam-size must be from 1 to 8")
     try:
         language = _check_language(args.language)
     except ValueError as exc:
@@ -100,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         update_interval=args.update_interval,
         encoder_pad=args.encoder_pad,
         draft=args.draft != "none",
+        beam_size=args.beam_size,
+        hotwords=args.hotwords.strip(),
     )
     return asyncio.run(_live(source, transcriber, options, args.output))
 

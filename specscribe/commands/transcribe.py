@@ -27,6 +27,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="translate: to English; both: transcript and translation from one encoding")
     d.add_argument("--word-timestamps", action="store_true", help="align words (json words, subtitle cues)")
     d.add_argument("--initial-prompt", default=None, help="text to condition the first window on")
+    d.add_argument("--hotwords", default="", metavar="TEXT",
+                   help="words to favour, e.g. \"Kubernetes, Dvořák\" (faster-whisper's hotwords: a prompt per window)")
+    d.add_argument("--multilingual", action="store_true",
+                   help="detect the language of every window (mixed-language audio); json segments carry it")
+    s = p.add_argument_group("search (faster-whisper's options)")
+    s.add_argument("--beam-size", type=int, default=1, metavar="N",
+                   help="beam search width; 1 = greedy, the default (faster-whisper's default is 5)")
+    s.add_argument("--patience", type=float, default=1.0, help="beam search stops after beam-size x patience hypotheses")
+    s.add_argument("--length-penalty", type=float, default=1.0,
+                   help="hypotheses rank by log-probability / length ** this (0: by log-probability)")
+    s.add_argument("--best-of", type=int, default=5, metavar="N",
+                   help="samples per temperature-fallback decode, the best kept (default: %(default)s)")
+    s.add_argument("--n-best", type=int, default=1, metavar="K",
+                   help="json: each segment lists K alternatives, best first (K <= --beam-size)")
     o = p.add_argument_group("output")
     o.add_argument("--output-format", "-f", default="txt",
                    help="txt, srt, vtt, json, tsv or all; a comma list is fine (default: txt)")
@@ -62,7 +76,13 @@ def run(args: argparse.Namespace) -> int:
     batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
     if args.workers < 1 or args.max_line_width < 1 or batch_size < 1 or args.max_line_count < 0 or args.threads < 0:
         return _fail("--workers, --batch-size and --max-line-width must be >= 1; --max-line-count and --threads >= 0")
+    if args.beam_size < 1 or args.best_of < 1 or args.n_best < 1 or args.patience <= 0:
+        return _fail("--beam-size, --best-of and --n-best must be >= 1, --patience > 0")
+    if args.n_best > args.beam_size:
+        return _fail(f"--n-best {args.n_best} needs --beam-size {args.n_best} or more (the alternatives are beams)")
     language = None if args.language in ("auto", "", None) else args.language.lower()
+    if args.multilingual and language is not None:
+        return _fail("--multilingual detects the language of every window: leave out --language")
     if language is not None:
         from faster_whisper.tokenizer import _LANGUAGE_CODES  # Whisper's 100 codes
 
@@ -78,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
         engine=engine_options(args),
         longform=LongformOptions(
             language=language, task=args.task, word_timestamps=args.word_timestamps,
-            initial_prompt=args.initial_prompt,
+            initial_prompt=args.initial_prompt, beam_size=args.beam_size, patience=args.patience,
+            length_penalty=args.length_penalty, best_of=args.best_of, n_best=args.n_best,
+            multilingual=args.multilingual, hotwords=args.hotwords,
         ),
         writer=WriterOptions(
             max_line_width=args.max_line_width, max_line_count=args.max_line_count,

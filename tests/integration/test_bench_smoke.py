@@ -30,10 +30,10 @@ BENCHES = [
         ["--repeat", "1", "--threads", "1", "--clips", "jfk", "--rows", "1,4", "--seqs", "1,2", "--batches", "1,2",
          "--compute-types", _auto_compute_type()],
     ),
-    ("bench_batch.py", ["--repeat", "1", "--no-physics", "--batch-sizes", "2"]),
+    ("bench_batch.py", ["--repeat", "1", "--no-physics", "--batch-sizes", "2", "--beam", "2"]),
     ("bench_startup.py", ["--repeat", "1", "--cold", "0"]),
     ("bench_speculative.py", ["--repeat", "1", "--clips", "jfk"]),
-    ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec"]),
+    ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec", "--repeat", "1"]),
     ("bench_server.py", ["--clients", "2", "--configs", "spec", "--stream-seconds", "3"]),
     ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2"]),
 ]
@@ -69,6 +69,14 @@ def test_bench_script_runs_and_reports_its_machine(script, args, tmp_path_factor
     machine = report["machine"]
     assert machine["cpu_model"] and machine["cores"] >= 1 and machine["compute_type"]
     assert any(x > 0 for x in numbers(report))
+
+
+def test_bench_batch_sections(tmp_path_factory):
+    script, args = next(b for b in BENCHES if b[0] == "bench_batch.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    assert set(report["sides"]) == {"specscribe_b2", "fw_transcribe", "fw_batched", "specscribe_b2_beam2", "fw_transcribe_beam2"}
+    assert all(side["wall_s_median"] > 0 and side["wer_scored"] < 0.1 for side in report["sides"].values())
+    assert report["beam"]["width"] == 2 and report["beam"]["speedup_over_fw_transcribe"] > 0
 
 
 def test_bench_engines_sections(tmp_path_factory):
@@ -125,9 +133,11 @@ def test_bench_streaming_sections(tmp_path_factory):
     script, args = next(b for b in BENCHES if b[0] == "bench_streaming.py")
     report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
     spec = report["results"]["spec"]
-    assert spec["engine"] == "spec" and spec["audio_s"] > 10
+    assert spec["engine"] == "spec" and spec["hold_unsure"] is True and len(spec["rounds"]) == 1
     assert 0 < spec["partial_median"] and 0 < spec["final_median"] <= spec["final_p90"]
-    assert spec["clips"]["jfk"]["words_matched"] > 0 and spec["tokens_per_target_pass"] > 1
+    run = spec["rounds"][0]
+    assert run["audio_s"] > 10 and run["final_median"] == spec["final_median"]
+    assert run["clips"]["jfk"]["words_matched"] > 0 and run["tokens_per_target_pass"] > 1
 
 
 def test_bench_server_sections(tmp_path_factory):

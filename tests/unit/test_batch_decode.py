@@ -119,6 +119,15 @@ def test_step_stats_count_rows_and_drafts():
     first, second = batch.steps
     assert (first.sequences, first.rows, first.drafted) == (1, len(PROMPT) + 2, 2)
     assert (second.rows, second.drafted) == (3, 2)
+    assert (batch.totals.passes, batch.totals.rows, batch.totals.drafted) == (2, len(PROMPT) + 5, 4)
+
+
+def test_step_history_stays_bounded_while_totals_count_everything():
+    batch = BatchDecoder(block=4, runner=Runner(), history=3)
+    batch.add("a", sequence(0))
+    while len(batch):
+        batch.step()
+    assert len(batch.steps) == 3 and batch.totals.passes == len(alone(0)) and batch.totals.max_sequences == 1
 
 
 def test_in_a_batch_a_model_drafter_waits_and_a_lookup_drafts():

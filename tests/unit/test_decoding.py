@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from specscribe.models.decoding import GenerateOptions, build_prompt, generate, max_new_tokens, split_segments
@@ -39,6 +40,24 @@ def test_build_prompt_like_faster_whisper():
     prev = list(range(300))
     prompt = build_prompt([SOT], prev, 9, NO_TS, True, n_text_ctx=448)
     assert prompt[0] == 9 and prompt[1:-1] == prev[-223:] and prompt[-1] == SOT
+
+
+def test_build_prompt_puts_hotwords_before_the_previous_text_like_faster_whisper():
+    # faster-whisper's get_prompt: [sot_prev] + hotwords[: 448 // 2 - 1] + previous[-(448 // 2 - 1):] + sot...
+    assert build_prompt([SOT], [], 9, NO_TS, True, hotword_tokens=[40, 41]) == [9, 40, 41, SOT]
+    assert build_prompt([SOT], [7, 8], 9, NO_TS, False, hotword_tokens=[40]) == [9, 40, 7, 8, SOT, NO_TS]
+    long = build_prompt([SOT], [7], 9, NO_TS, True, hotword_tokens=list(range(100, 400)))
+    assert long[1:224] == list(range(100, 323)) and long[224:] == [7, SOT]
+
+
+def test_decode_request_checks_its_search_options():
+    from specscribe.models.types import DecodeRequest
+
+    assert DecodeRequest(beam_size=5, n_best=5).n_best == 5
+    assert DecodeRequest(temperature=0.5, best_of=3, n_best=3).best_of == 3
+    for bad in ({"beam_size": 0}, {"best_of": 0}, {"n_best": 2}, {"patience": 0.0}):
+        with pytest.raises(ValueError):
+            DecodeRequest(**bad)
 
 
 def test_max_new_tokens_like_ctranslate2():

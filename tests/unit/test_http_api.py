@@ -97,3 +97,51 @@ def test_render_formats():
     # the decode's own figures, from the transcribe window the segment came from
     seg = verbose["segments"][1]
     assert (seg["avg_logprob"], seg["no_speech_prob"], seg["temperature"], seg["compression_ratio"]) == (-0.25, 0.01, 0.2, 1.3)
+
+
+@pytest.mark.parametrize(
+    "data, param",
+    [
+        ({"beam_size": "0"}, "beam_size"),
+        ({"beam_size": "99"}, "beam_size"),
+        ({"beam_size": "five"}, "beam_size"),
+        ({"beam_size": "2", "n_best": "3"}, "n_best"),
+        ({"patience": "-1"}, "patience"),
+        ({"multilingual": "maybe"}, "multilingual"),
+        ({"multilingual": "true", "language": "en"}, "multilingual"),
+        ({"hotwords": "x" * 501}, "hotwords"),
+    ],
+)
+def test_search_fields_are_checked(server, data, param):
+    r = post(server, files={"file": ("a.wav", _wav())}, data=data)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_search_fields_become_longform_options():
+    from specscribe.web.http_api import search_options
+
+    got = search_options({"beam_size": "5", "n_best": "3", "best_of": "2", "patience": "1.5", "length_penalty": "0",
+                          "hotwords": " ComfyUI ", "multilingual": "true"})
+    assert got == {"beam_size": 5, "n_best": 3, "best_of": 2, "patience": 1.5, "length_penalty": 0.0,
+                   "hotwords": "ComfyUI", "multilingual": True}
+    assert search_options({}) == {}
+
+
+def test_verbose_json_carries_segment_alternatives_and_language():
+    import json
+
+    from specscribe.models.types import Alternative
+
+    alts = (Alternative(" ask not", (1, 2), -0.1), Alternative(" asked not", (3, 2), -0.4))
+
+    class T:
+        text = "ask not"
+        language = "en"
+        duration = 1.0
+        segments = (Segment(0.0, 1.0, " ask not", (1, 2), alternatives=alts, language="en"),)
+        windows = ()
+
+    seg = json.loads(render(T, "verbose_json", "transcribe", False).body)["segments"][0]
+    assert seg["language"] == "en"
+    assert seg["alternatives"] == [{"text": "ask not", "tokens": [1, 2], "avg_logprob": -0.1},
+                                   {"text": "asked not", "tokens": [3, 2], "avg_logprob": -0.4}]

@@ -320,3 +320,21 @@ def _assert_released(srv) -> None:
     assert health(srv)["sessions"] == 0
     gc.collect()
     assert len(FakeSession.live) == 0, f"{len(FakeSession.live)} sessions still alive"
+
+
+def test_search_fields_of_the_config_reach_the_session():
+    made = []
+
+    def factory(s, o, i):
+        made.append(o)
+        return FakeSession(s, o, i)
+
+    options = ServerOptions(limits=LIMITS)
+    with ServerThread(create_app(FakeTranscriber(), options, factory), options) as srv:
+        cfg = config(alternatives=3, hotwords="Kubernetes")
+        messages, code = run(session(srv.ws_url, [cfg, *chunks(utterance([1, 2])), '{"type":"close"}']))
+        assert messages[0]["config"]["alternatives"] == 3 and messages[0]["config"]["beam_size"] == 1
+        assert code == P.CloseCode.NORMAL
+        messages, _ = run(session(srv.ws_url, [config(beam_size=5), '{"type":"close"}']))
+    assert (made[0].beam_size, made[0].n_best, made[0].hotwords) == (3, 3, "Kubernetes")  # a beam of K for K alternatives
+    assert (made[1].beam_size, made[1].n_best, made[1].hotwords) == (5, 1, "")

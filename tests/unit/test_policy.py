@@ -172,3 +172,27 @@ def test_in_a_short_buffer_unsure_words_wait_for_time_even_when_agreed_thrice():
         assert p.process(guess).committed == ()  # three and four agreements, but the buffer is short
     p.insert_audio(3.5)  # 3 s after "How": the time rule commits it
     assert texts(p.process(guess).committed) == ["How", "do"]
+
+
+def test_a_pause_commits_up_to_the_first_unsure_word_and_the_next_speech_decides_the_rest():
+    p = LocalAgreement()
+    p.insert_audio(2.0)
+    heard = words("ask not")
+    heard[0] = Word(heard[0].start, heard[0].end, " asked", 0.3)
+    u = p.pause(words("and so") + [Word(w.start + 1.0, w.end + 1.0, w.text, w.probability) for w in heard])
+    assert texts(u.committed) == ["and", "so"] and texts(u.partial) == ["asked", "not"]
+    assert p.window()[0] <= u.partial[0].start  # its audio stays in the buffer
+    p.insert_audio(4.0)
+    later = [Word(w.start + 1.0, w.end + 1.0, w.text) for w in words("ask not what")]
+    assert texts(p.process(later).committed) == []  # disagrees with the held words: no agreement yet
+    p.insert_audio(4.5)
+    assert texts(p.process(later + [Word(2.6, 2.9, " your")]).committed) == ["ask", "not", "what"]
+    assert texts(p.committed) == ["and", "so", "ask", "not", "what"]
+
+
+def test_finish_after_a_pause_commits_the_held_words():
+    p = LocalAgreement()
+    p.insert_audio(1.0)
+    u = p.pause([Word(0.0, 0.4, " one"), Word(0.5, 0.9, " two", 0.2)])
+    assert texts(u.committed) == ["one"]
+    assert texts(p.finish(p.partial, reset=False).committed) == ["two"] and p.partial == ()

@@ -34,6 +34,19 @@ def test_full_config_round_trips_and_matches_schema():
     assert cfg.seconds(48000 * 8) == pytest.approx(1.0)
 
 
+def test_search_fields_of_the_config():
+    raw = {"type": "config", "beam_size": 4, "alternatives": 3, "hotwords": " Kubernetes, Dvořák "}
+    jsonschema.validate(raw, CLIENT_SCHEMA)
+    cfg = P.parse_text(json.dumps(raw), expect_config=True)
+    assert (cfg.beam_size, cfg.alternatives, cfg.hotwords) == (4, 3, "Kubernetes, Dvořák")
+    server_valid(P.ready_message("abc", "base", "spec", cfg, P.Limits()))
+    for bad in ({"beam_size": 0}, {"beam_size": 9}, {"alternatives": -1}, {"alternatives": True},
+                {"hotwords": 3}, {"hotwords": "x" * 501}):
+        with pytest.raises(P.ProtocolError) as info:
+            P.parse_text(json.dumps({"type": "config", **bad}), expect_config=True)
+        assert info.value.code == P.ErrorCode.INVALID_CONFIG
+
+
 def test_config_defaults_and_auto_language():
     assert P.parse_text('{"type":"config"}', expect_config=True) == P.ClientConfig()
     assert P.parse_text('{"type":"config","language":"auto"}', expect_config=True).language is None
@@ -120,6 +133,7 @@ def test_every_server_message_matches_the_schema():
         CaptionEvent("speech_end", 1.1, end=1.0),
         CaptionEvent("partial", 0.2, start=0.0, end=0.5, text="ask"),
         CaptionEvent("final", 0.3, id=0, start=0.0, end=0.9, text="ask not", words=words),
+        CaptionEvent("final", 0.3, id=1, start=0.0, end=0.9, text="ask not", words=words, alternatives=("ask not", "asked not")),
         CaptionEvent("translation", 0.4, id=0, start=0.0, end=0.9, text="ask not"),
         CaptionEvent("stats", 0.5, stats={"tokens": 3}),
     ]

@@ -297,3 +297,33 @@ def test_scheduler_reports_load_from_caption_job_turnaround():
     during, after = run(main())
     assert during.level == 3 and during.lag_s == pytest.approx(4.0)
     assert after == Load()  # idle again: no lag
+
+
+def test_freed_memory_goes_back_once_per_idle_spell():
+    async def main():
+        engine = FakeEngine()
+        engine.gate.clear()  # the first job's encode waits: the model is busy
+        scheduler = ModelScheduler(engine, SchedulerOptions(idle_trim_s=0.05))
+        first = asyncio.ensure_future(scheduler.run("a", job("a1")))
+        await asyncio.sleep(0.3)
+        assert scheduler.memory_trims == 0  # not while a job runs
+        engine.gate.set()
+        await first
+        await asyncio.sleep(0.5)
+        assert scheduler.memory_trims == 1  # idle long enough
+        await asyncio.sleep(0.3)
+        assert scheduler.memory_trims == 1  # once per idle spell, however long it lasts
+        await scheduler.run("a", job("a2"))
+        await asyncio.sleep(0.5)
+        assert scheduler.memory_trims == 2
+        await scheduler.close()
+
+    run(main())
+
+
+def test_release_free_memory_runs_on_glibc():
+    import platform
+
+    from specscribe.pipeline.memory import release_free_memory
+
+    assert release_free_memory() == (platform.libc_ver()[0] == "glibc")

@@ -13,7 +13,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
+from specscribe.models.types import Alternative, DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.load import Load
 from specscribe.pipeline.scheduler import ModelScheduler
@@ -41,6 +41,8 @@ class FakeTranscriber:
         self.requests: list[DecodeRequest] = []
         self.windows: list[tuple[float, float]] = []  # (offset, duration) of every encode
         self.returned_stats: list[SpecStats] = []  # the stats of every decode, in order
+        # {word: (heard, until)}: a window that ends before `until` hears the word as `heard`, unsure
+        self.doubt: dict[str, tuple[str, float]] = {}
 
     def _offset(self, audio: np.ndarray) -> int:
         for i in np.flatnonzero(self.stream == audio[0]):
@@ -73,9 +75,12 @@ class FakeTranscriber:
             if end > off + dur:  # cut by the window end: unstable
                 text = text[:2] + "~"
                 end = off + dur
+            probability = 1.0
+            if text in self.doubt and off + dur < self.doubt[text][1]:
+                text, probability = self.doubt[text][0], 0.3
             if request.task == "translate":
                 text = text.upper()
-            words.append(Word(start - off, end - off, " " + text))
+            words.append(Word(start - off, end - off, " " + text, probability))
         if dur >= self.repeat_after and words:
             words = [Word(words[0].start, dur, " la" * 40)]  # fails the compression-ratio guard
         tokens = tuple(self._tok(w.text) for w in words)
@@ -83,6 +88,10 @@ class FakeTranscriber:
                           accepted=len(tokens) // 2)
         self.returned_stats.append(stats)
         seg = Segment(0.0, dur, "".join(w.text for w in words), tokens, tuple(words))
+        alternatives = ()
+        if request.n_best > 1:  # the runner-up hears every third word with an "x"
+            other = "".join(w.text + ("x" if i % 3 == 1 else "") for i, w in enumerate(words))
+            alternatives = (Alternative(seg.text, tokens, -0.2), Alternative(other, (), -0.3))
         return WindowResult(
             tokens=tokens,
             text=seg.text,
@@ -91,6 +100,7 @@ class FakeTranscriber:
             avg_logprob=-1.5 if self.no_speech else -0.2,
             no_speech_prob=0.9 if self.no_speech else 0.01,
             stats=stats,
+            alternatives=alternatives,
         )
 
     def align_words(self, encoded, result):
@@ -272,6 +282,52 @@ def test_speech_end_commits_the_utterance_and_silence_is_not_decoded():
     for off, dur in tr.windows:
         end = off + dur
         assert any(a < end <= b + 1.0 for a, b in intervals), (off, dur)
+
+
+def _paused_session(second_start: float):
+    """a0-a3 (1.0-2.7 s), a pause, b0-b3 from second_start; a window ending in the pause hears a3 as
+    'x3', unsure; one that reaches past 3.6 s hears it right."""
+    script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
+    script += [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=second_start))]
+    audio = noise(second_start + 4)
+    fake = FakeTranscriber(audio, script)
+    fake.doubt = {"a3": ("x3", 3.6)}
+    intervals = [(1.0, 2.7), (second_start, second_start + 1.7)]
+    events, _ = run_session(audio, script, StreamOptions(), intervals=intervals, fake=fake)
+    return events
+
+
+def test_a_short_pause_holds_unsure_words_for_the_speech_after_it():
+    events = _paused_session(second_start=3.4)
+    assert finals_text(events) == ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
+    first_end = [e.type for e in events].index("speech_end")
+    assert finals_text(events[:first_end]) == ["a0", "a1", "a2"]  # the sure words at once
+    partials = [e.text for e in events[:first_end] if e.type == "partial"]
+    assert partials[-1] == "x3"  # shown, not final, while the pause lasts
+
+
+def test_a_long_pause_commits_the_held_words_before_the_next_utterance():
+    events = _paused_session(second_start=6.5)
+    assert finals_text(events) == ["a0", "a1", "a2", "x3", "b0", "b1", "b2", "b3"]
+    types = [e.type for e in events]
+    held = next(e for e in events if e.type == "final" and e.text == "x3")
+    second_start = [i for i, t in enumerate(types) if t == "speech_start"][1]
+    assert types.index("speech_end") < events.index(held) < second_start
+
+
+def test_finals_carry_the_alternatives_of_their_span_when_asked():
+    script = make_script(12, sentence_every=4)
+    audio = noise(7)
+    options = StreamOptions(vad=False, beam_size=3, n_best=2, hotwords="Dvořák")
+    events, tr = run_session(audio, script, options)
+    assert all(r.beam_size == 3 and r.n_best == 2 and r.hotwords == "Dvořák" for r in tr.requests if r.task == "transcribe")
+    finals = [e for e in events if e.type == "final"]
+    assert finals_text(events) == [w for w, _, _ in script]
+    with_alts = [f for f in finals if f.alternatives]
+    assert with_alts and all(f.alternatives[0] == f.text for f in with_alts)
+    assert any(len(f.alternatives) == 2 and "x" in f.alternatives[1] for f in with_alts)
+    plain, _ = run_session(audio, script, StreamOptions(vad=False))
+    assert not any(e.alternatives for e in plain)
 
 
 def test_rejected_decodes_give_no_text():

@@ -3,7 +3,6 @@ absent, a fake `id` (root or not), a fake `sudo` and a fake `apt-get` that recor
 
 from __future__ import annotations
 
-import os
 import shutil
 import stat
 import subprocess

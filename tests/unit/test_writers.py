@@ -132,6 +132,18 @@ def test_json_fields_words_translation_stats():
     assert "words" not in doc2["segments"][0]
 
 
+def test_json_segments_carry_alternatives_and_language_only_when_there():
+    from specscribe.models.types import Alternative
+
+    alts = (Alternative(" Hi there.", (1, 2), -0.12345), Alternative(" Hi, there.", (1, 3, 2), -0.5))
+    tr = _transcript([Segment(0.0, 2.0, " Hi there.", (1, 2), alternatives=alts, language="de"), SEGS[0]])
+    first, second = json.loads(to_json(tr))["segments"]
+    assert first["language"] == "de"
+    assert first["alternatives"] == [{"text": "Hi there.", "tokens": [1, 2], "avg_logprob": -0.1235},
+                                     {"text": "Hi, there.", "tokens": [1, 3, 2], "avg_logprob": -0.5}]
+    assert "alternatives" not in second and "language" not in second
+
+
 def test_parse_formats():
     assert parse_formats("srt, vtt,srt") == ("srt", "vtt")
     assert parse_formats("all") == writers.FORMATS

@@ -147,4 +147,4 @@ class FakeSession:
         return events
 
 
-from specscribe.web.server import BackgroundServer as ServerThread  # noqa: E402  (re-export for the tests)
+from specscribe.web.server import BackgroundServer as ServerThread  # noqa: E402,F401  (re-export for the tests)
