@@ -112,10 +112,14 @@ class Ct2Engine:
         return EncodedAudio(duration=duration, handle=_Ct2Encoding(output, num_frames))
 
     def detect_language(self, encoded: EncodedAudio) -> tuple[str, float]:
+        code, prob = next(iter(self.language_probabilities(encoded, top=1).items()))
+        return code, prob
+
+    def language_probabilities(self, encoded: EncodedAudio, top: int = 10) -> dict[str, float]:
         if not self.is_multilingual:
-            return "en", 1.0
-        token, prob = self._ct2.detect_language(encoded.handle.output)[0][0]
-        return token[2:-2], float(prob)
+            return {"en": 1.0}
+        ranked = self._ct2.detect_language(encoded.handle.output)[0]  # [(token, prob)], most likely first
+        return {token[2:-2]: float(prob) for token, prob in ranked[:top]}
 
     def decode(self, encoded: EncodedAudio, request: DecodeRequest) -> WindowResult:
         from faster_whisper.transcribe import get_suppressed_tokens

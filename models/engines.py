@@ -65,6 +65,10 @@ class Transcriber(Protocol):
         """Most likely language code and its probability."""
         ...
 
+    def language_probabilities(self, encoded: EncodedAudio, top: int = 10) -> dict[str, float]:
+        """The ``top`` most likely language codes with their probabilities, most likely first."""
+        ...
+
     def decode(self, encoded: EncodedAudio, request: DecodeRequest) -> WindowResult:
         """Decode one window. Detects the language first when request.language is None."""
         ...

@@ -190,14 +190,17 @@ class SpecEngine:
         return EncodedAudio(duration=duration, handle=enc)
 
     def detect_language(self, encoded: EncodedAudio) -> tuple[str, float]:
+        code, prob = next(iter(self.language_probabilities(encoded, top=1).items()))
+        return code, prob
+
+    def language_probabilities(self, encoded: EncodedAudio, top: int = 10) -> dict[str, float]:
         if not self.is_multilingual:
-            return "en", 1.0
+            return {"en": 1.0}
         started = time.perf_counter()
         tok = self.tokenizer
         ranked = detect_language(self.session(encoded), tok.sot, tok.lang_ids)
         self.times.language += (time.perf_counter() - started) * 1000
-        token_id, prob = ranked[0]
-        return tok.hf.id_to_token(token_id)[2:-2], prob
+        return {tok.hf.id_to_token(token_id)[2:-2]: prob for token_id, prob in ranked[:top]}
 
     def decode(self, encoded: EncodedAudio, request: DecodeRequest) -> WindowResult:
         return self.decode_many([(encoded, request)])[0]

@@ -88,6 +88,18 @@ def with_alternatives(segments: Sequence[Segment], alternatives: Sequence[Altern
     return tuple(dataclasses.replace(seg, alternatives=alts) for seg, alts in zip(segments, per_segment))
 
 
+def final_alternatives(words: Sequence, others: Sequence[Sequence[str]], committed: Sequence, limit: int) -> tuple[str, ...]:
+    """The n-best texts of ``committed`` (Word objects, a run of ``words``: the decode's own words);
+    empty when they are not this decode's (words held over a pause and committed later)."""
+    if not committed or not others:
+        return ()
+    ids = [id(w) for w in words]
+    a = ids.index(id(committed[0])) if id(committed[0]) in ids else -1
+    if a < 0 or ids[a : a + len(committed)] != [id(w) for w in committed]:
+        return ()
+    return word_span_alternatives([w.text for w in words], others, a, a + len(committed), limit)
+
+
 def split_words(text: str) -> tuple[str, ...]:
     """A hypothesis' text as words, each with its leading space (a text without spaces is one word)."""
     return tuple(re.findall(r"\s*\S+", text))

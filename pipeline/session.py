@@ -27,38 +27,20 @@ from typing import Callable
 import numpy as np
 
 from specscribe.models.types import DecodeRequest, SpecStats, Word
-from specscribe.pipeline.alternatives import word_span_alternatives
+from specscribe.pipeline.alternatives import final_alternatives
 from specscribe.pipeline.audio import SAMPLE_RATE
+from specscribe.pipeline.language import LanguageOptions, LanguageTracker
 from specscribe.pipeline.policy import SENTENCE_END, LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
 from specscribe.pipeline.scheduler import ModelScheduler, Priority
 from specscribe.pipeline.stream_jobs import Hypothesis, max_tokens_for, transcribe_job, translate_job
 from specscribe.pipeline.types import CaptionEvent, StreamOptions
-from specscribe.pipeline.vad import SileroVad, VadEvent, VadOptions
+from specscribe.pipeline.vad import NoVad, SileroVad, VadEvent, VadOptions
 
-LANGUAGE_LOCK_SECONDS = 2.0  # detected language is fixed once a decode of this much audio has words
 TRANSLATE_MAX_SPAN = 10.0  # seconds of finals translated together at most
 MIN_WINDOW = 1.0  # seconds: shorter windows are not decoded (Whisper guesses on them)
 MIN_WINDOW_SPEECH = 0.25  # seconds of VAD speech a window needs to be decoded (else it is silence)
 CONTEXT_GAP = 2.0  # seconds of silence after which the last utterance's audio stops being context
-
-
-class _NoVad:
-    """Treats everything as speech (StreamOptions.vad=False)."""
-
-    in_speech = False
-
-    def process(self, samples: np.ndarray) -> list[VadEvent]:
-        if self.in_speech:
-            return []
-        self.in_speech = True
-        return [VadEvent("start", 0)]
-
-    def flush(self) -> list[VadEvent]:
-        return []
-
-    def speech_seconds(self, start: int, end: int) -> float:
-        return (end - start) / SAMPLE_RATE
 
 
 class StreamSession:
@@ -81,7 +63,7 @@ class StreamSession:
         self._t0 = clock()
         if vad is None:
             vad_opts = VadOptions(options.vad_threshold, None, options.min_speech, options.min_silence)
-            vad = SileroVad(vad_opts) if options.vad else _NoVad()
+            vad = SileroVad(vad_opts) if options.vad else NoVad()
         self._vad = vad
         self._policy = policy or LocalAgreement(LocalAgreementOptions(options.trim_after, options.max_buffer))
         self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))
@@ -92,7 +74,10 @@ class StreamSession:
         self._in_speech = False
         self._speech_end = -(10**12)  # ring offset where the last utterance ended
         self._last_update = 0  # ring offset of the last decode update
-        self._language = options.language
+        # the language: given, or tracked over the stream's decodes (pipeline/language.py)
+        self._tracker = None if options.language else LanguageTracker(LanguageOptions(allowed=options.languages))
+        self._utterance_start = 0  # ring offset where the current utterance began
+        self._text_language: str | None = None  # the language of the last final (the prompt's)
         self._draft_tokens: tuple[int, ...] = ()
         self._draft_text: str | None = None
         self._last_partial = ""
@@ -125,7 +110,8 @@ class StreamSession:
 
     @property
     def language(self) -> str | None:
-        return self._language
+        """The stream's language: given, or the tracker's current choice (None before any evidence)."""
+        return self.options.language if self._tracker is None else self._tracker.state.language
 
     async def process(self) -> list[CaptionEvent]:
         """Run the VAD over new audio and, when due, one decode update. Returns the events."""
@@ -226,6 +212,9 @@ class StreamSession:
             if start - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:  # after a long pause: a new utterance
                 events = await self._release_held()
                 self._policy.skip(start / SAMPLE_RATE)
+            if self._tracker is not None:
+                self._tracker.new_utterance()  # its language is checked afresh
+            self._utterance_start = start
             self._in_speech = True
             self._policy.insert_audio(self._ring.end / SAMPLE_RATE)
             self._last_update = start
@@ -251,10 +240,13 @@ class StreamSession:
         events = self._emit(self._policy.finish(self._policy.partial, reset=False), self._speech_end, final=True)
         return events + await self._translate_group(force=True)
 
+    def _decode_language(self) -> str | None:
+        return self.options.language or (self._tracker.decode_language if self._tracker else None)
+
     def _request(self, seconds: float) -> DecodeRequest:
         return DecodeRequest(
             task=self.options.task,
-            language=self._language,
+            language=self._decode_language(),
             timestamps=False,
             max_new_tokens=max_tokens_for(seconds),
             hypothesis_tokens=self._draft_tokens if self.options.draft else (),
@@ -265,9 +257,12 @@ class StreamSession:
 
     async def _update(self, final: bool, end: int, reset: bool = True) -> list[CaptionEvent]:
         start_s, prompt = self._policy.window()
+        if self._text_language not in (None, self._decode_language()):
+            prompt = ""  # text in another language would pull the decode into it (or into translating)
         start = max(int(round(start_s * SAMPLE_RATE)), self._ring.start)
         self._last_update = end
         hyp: Hypothesis | None = None
+        heard: list[CaptionEvent] = []  # a `language` event, when the tracker's view changed
         if (not final and end - start < MIN_WINDOW * SAMPLE_RATE) or end - start < int(0.1 * SAMPLE_RATE):
             update = self._end((), reset) if final else None  # too short to decode
         elif self._vad.speech_seconds(start, end) < MIN_WINDOW_SPEECH:
@@ -278,16 +273,16 @@ class StreamSession:
             audio = self._ring.read(start, end)  # (end - start,)
             seconds = audio.size / SAMPLE_RATE
             draft_text = self._draft_text if self.options.draft else None
-            job = transcribe_job(
-                audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text, self.options.encoder_pad
-            )
+            detect = self._tracker is not None and self._tracker.needs_detection
+            job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text,
+                                 self.options.encoder_pad, detect, self.options.languages)
             priority = Priority.FINAL if final else Priority.UPDATE
             hyp = await self.scheduler.run(self.session_id, job, priority)
             self._account(hyp.stats, "updates")
             if hyp.rejected:
                 self._counts["rejected"] += 1
-            if self._language is None and hyp.words and seconds >= LANGUAGE_LOCK_SECONDS:
-                self._language = hyp.language
+            if hyp.language_probs and self._tracker is not None:
+                heard = self._observe_language(hyp.language_probs, max(start, self._utterance_start), end)
             if final and not hyp.words:
                 # the utterance's last decode failed the guards (a repetition loop, say) or came
                 # back empty: commit the last good hypothesis' tail rather than drop the utterance
@@ -298,11 +293,24 @@ class StreamSession:
                 update = self._end(hyp.words, reset) if final else self._policy.process(hyp.words)
                 self._set_draft(hyp, start_s, update.buffer_start)
         if update is None:
-            return []
-        events = self._emit(update, end, final, self._final_alternatives(hyp, update.committed))
+            return heard
+        alternatives = ()
+        if hyp is not None and self.options.n_best > 1:
+            alternatives = final_alternatives(hyp.words, hyp.alternatives, update.committed, self.options.n_best)
+        events = heard + self._emit(update, end, final, alternatives, hyp.language if hyp else None)
         if not final:
             events += await self._translate_group(force=False)
         return events
+
+    def _observe_language(self, probs: dict[str, float], start: int, end: int) -> list[CaptionEvent]:
+        """Weigh a detection over this utterance's speech in [start, end); a `language` event if the view changed."""
+        before = self._tracker.state
+        state = self._tracker.observe(probs, self._vad.speech_seconds(start, end))
+        if (state.language, state.locked) == (before.language, before.locked):
+            return []
+        if not state.locked and state.probability < 0.5:  # a doubtful early guess: not worth a flicker on the page
+            return []
+        return [self._event("language", language=state.language, probability=state.probability, locked=state.locked)]
 
     def _end(self, words, reset: bool):
         """An utterance's last hypothesis: all of it final at the stream's end, up to its unsure words at a pause."""
@@ -310,25 +318,16 @@ class StreamSession:
             return self._policy.finish(words, reset)
         return self._policy.pause(words)
 
-    def _final_alternatives(self, hyp: Hypothesis | None, committed) -> tuple[str, ...]:
-        """The n-best texts of the words committed from hyp (its own first; empty unless asked for)."""
-        if self.options.n_best < 2 or hyp is None or not committed or not hyp.alternatives:
-            return ()
-        ids = [id(w) for w in hyp.words]
-        a = ids.index(id(committed[0])) if id(committed[0]) in ids else -1
-        if a < 0 or ids[a : a + len(committed)] != [id(w) for w in committed]:
-            return ()  # not this decode's words (held ones committed later)
-        texts = [w.text for w in hyp.words]
-        return word_span_alternatives(texts, hyp.alternatives, a, a + len(committed), self.options.n_best)
-
-    def _emit(self, update, end: int, final: bool, alternatives: tuple[str, ...] = ()) -> list[CaptionEvent]:
+    def _emit(self, update, end: int, final: bool, alternatives: tuple[str, ...] = (),
+              language: str | None = None) -> list[CaptionEvent]:
         """The final and partial events of a policy update (end: the decoded audio's end, ring offset)."""
         events: list[CaptionEvent] = []
         if update.committed:
             words = update.committed
             text = "".join(w.text for w in words).strip()
+            self._text_language = language or self.language
             events.append(self._event("final", id=self._final_id, start=words[0].start, end=words[-1].end, text=text,
-                                      words=words, alternatives=alternatives))
+                                      words=words, alternatives=alternatives, language=self._text_language))
             self._group.append((self._final_id, words))
             self._final_id += 1
         partial = "".join(w.text for w in update.partial).strip()
@@ -379,10 +378,10 @@ class StreamSession:
         if end - start > 30 * SAMPLE_RATE:
             start = end - 30 * SAMPLE_RATE
         request = DecodeRequest(
-            task="translate", language=self._language, timestamps=False, max_new_tokens=max_tokens_for((end - start) / SAMPLE_RATE)
+            task="translate", language=self.language, timestamps=False, max_new_tokens=max_tokens_for((end - start) / SAMPLE_RATE)
         )
         # English speech "translated" to English is (nearly) its transcript: draft it, the target verifies
-        english = self._language == "en" and self.options.draft
+        english = self.language == "en" and self.options.draft
         draft = "".join(w.text for _, words in group for w in words) if english else ""
         audio, before = self._ring.read(start, end), self._translating
 

@@ -8,7 +8,7 @@ session state. ``run_alone`` (pipeline/scheduler.py) runs a job without a schedu
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Generator
 
 import numpy as np
@@ -18,6 +18,7 @@ from specscribe.models.types import DecodeRequest, SpecStats, WindowResult, Word
 from specscribe.pipeline.alternatives import split_words
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.lanes import DecodeCall
+from specscribe.pipeline.language import restrict
 
 # Whisper's own guards (openai/whisper transcribe.py defaults)
 NO_SPEECH_THRESHOLD = 0.6
@@ -36,6 +37,7 @@ class Hypothesis:
         stats: speculative-decoding counters of this decode.
         rejected: why the guards dropped the text ("" when kept).
         alternatives: the other n-best hypotheses (request.n_best > 1) as words, ranked.
+        language_probs: the detector's probabilities on this audio, when the job ran it (else empty).
     """
 
     words: tuple[Word, ...]
@@ -44,6 +46,7 @@ class Hypothesis:
     stats: SpecStats
     rejected: str = ""
     alternatives: tuple[tuple[str, ...], ...] = ()
+    language_probs: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -78,17 +81,27 @@ def transcribe_job(
     prompt: str,
     draft_text: str | None,
     encoder_pad: float = 30.0,
+    detect: bool = False,
+    allowed: tuple[str, ...] = (),
 ) -> Callable[[Transcriber], Generator[DecodeCall, WindowResult, Hypothesis]]:
     """Encode once, decode (transcribe or translate), align words; shift times by offset.
 
     draft_text: when not None, the previous hypothesis as text, re-tokenized here (used after the
     buffer start moved, when the old token ids no longer start where the window does).
     encoder_pad: the encoder sees the audio plus this many seconds (30: the full window).
+    detect: run the language detector on the audio (pipeline/language.py weighs it); a request
+    without a language then decodes in the most likely of the ``allowed`` codes (all: empty).
     """
 
     def job(tr: Transcriber) -> Generator[DecodeCall, WindowResult, Hypothesis]:
         req = _with_text(tr, request, prompt, draft_text)
         encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
+        probs: dict[str, float] = {}
+        if detect or req.language is None:
+            probs = tr.language_probabilities(encoded, top=100)
+            if req.language is None:
+                kept = restrict(probs, allowed)
+                req = _replace(req, language=max(kept, key=kept.get) if kept else None)
         result = yield DecodeCall(encoded, req)
         rejected = ""
         if result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD:
@@ -111,6 +124,7 @@ def transcribe_job(
             stats=result.stats,
             rejected=rejected,
             alternatives=others,
+            language_probs=probs,
         )
 
     return job

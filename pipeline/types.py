@@ -10,7 +10,7 @@ from specscribe.models.types import Segment, SpecStats, Task, Word
 
 __all__ = ["CaptionEvent", "EventType", "Segment", "SpecStats", "StreamOptions", "Word"]
 
-EventType = Literal["partial", "final", "translation", "speech_start", "speech_end", "stats"]
+EventType = Literal["partial", "final", "translation", "speech_start", "speech_end", "stats", "language"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,9 @@ class CaptionEvent:
         words: word timings of a final.
         stats: for stats events, counters (SpecStats.to_dict() plus stream figures).
         alternatives: for a final, the n-best texts of its span, its own first (StreamOptions.n_best).
+        language: for a final, the language it was decoded in; for a language event, the stream's.
+        probability, locked: for a language event, the tracker's confidence and whether it locked
+            (pipeline/language.py).
     """
 
     type: EventType
@@ -37,6 +40,9 @@ class CaptionEvent:
     words: tuple[Word, ...] = ()
     stats: dict[str, Any] | None = None
     alternatives: tuple[str, ...] = ()
+    language: str | None = None
+    probability: float | None = None
+    locked: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "emitted_at": round(self.emitted_at, 3)}
@@ -55,6 +61,10 @@ class CaptionEvent:
             ]
         if self.alternatives:
             out["alternatives"] = [{"text": t} for t in self.alternatives]
+        if self.type in ("final", "language") and self.language is not None:
+            out["language"] = self.language
+        if self.type == "language":
+            out.update(probability=round(self.probability or 0.0, 4), locked=bool(self.locked))
         if self.stats is not None:
             out["stats"] = self.stats
         return out
@@ -65,7 +75,9 @@ class StreamOptions:
     """Options of one streaming session.
 
     Attributes:
-        language: ISO code, or None to detect it once enough speech has arrived.
+        language: ISO code, or None to detect it (pipeline/language.py: locked once several seconds
+            of speech agree, re-checked at each utterance).
+        languages: codes detection may choose among (empty: any), e.g. ("en", "de").
         task: "transcribe" or "translate" for the main captions.
         translate: also emit an English `translation` event for each final.
         interim_results: emit `partial` events.
@@ -92,6 +104,7 @@ class StreamOptions:
     """
 
     language: str | None = None
+    languages: tuple[str, ...] = ()
     task: Task = "transcribe"
     translate: bool = False
     interim_results: bool = True

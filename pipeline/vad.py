@@ -165,3 +165,21 @@ class SileroVad:
                 events.append(VadEvent("end", self._silence_start))
         elif p >= o.threshold:
             self._silence, self._silence_start = 0, -1
+
+
+class NoVad:
+    """Treats everything as speech (StreamOptions.vad=False): one start, no end."""
+
+    in_speech = False
+
+    def process(self, samples: np.ndarray) -> list[VadEvent]:
+        if self.in_speech:
+            return []
+        self.in_speech = True
+        return [VadEvent("start", 0)]
+
+    def flush(self) -> list[VadEvent]:
+        return []
+
+    def speech_seconds(self, start: int, end: int) -> float:
+        return (end - start) / SAMPLE_RATE

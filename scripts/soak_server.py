@@ -14,7 +14,8 @@ cycle through bad behaviour, each checked for the server's documented answer:
 The run has two phases, warm-up (--warmup seconds, default a quarter of the duration, at most 120 s) and main.
 After each, the clients stop, the server is left to go idle (no session), and a quiet sample is taken: the
 growth of RSS and open file descriptors from the first quiet sample to the second is the leak measure.
-Throughout, the server's RSS, open fds and sessions are sampled every --sample-interval seconds. At the end
+Throughout, the server's RSS, open fds and sessions are sampled every --sample-interval seconds (the report
+gives their slope over the second half too: a leak climbs steadily, caches level off). At the end
 one more good stream and /healthz must succeed. Prints (and with --out writes) one JSON document; exit status
 1 if a check failed: growth over --max-rss-growth-mb / --max-fd-growth, an error on a good session, an
 unexpected answer to a chaos client, or a server that stopped serving.
@@ -267,7 +268,7 @@ class Soak:
             "settings": dataclasses.asdict(self.s),
             "ok": not failures,
             "failures": failures,
-            "growth": {"rss_mb": rss_growth, "fds": fd_growth},
+            "growth": {"rss_mb": rss_growth, "fds": fd_growth, "late_rss_mb_per_hour": late_slope(self.samples)},
             "quiet": self.quiet,
             "good_sessions": len(good),
             "chaos_sessions": {k: sum(r["kind"] == k for r in chaos) for k in CHAOS_KINDS},
@@ -278,6 +279,17 @@ class Soak:
             "sessions": self.sessions,
             "samples": self.samples,
         }
+
+
+def late_slope(samples: list[dict]) -> float | None:
+    """RSS slope over the second half of the run, MB per hour (least squares over the samples taken while
+    clients ran): a leak keeps climbing at a steady rate, caches and allocator arenas level off."""
+    late = [s for s in samples if s["t"] >= samples[-1]["t"] / 2] if samples else []
+    if len(late) < 10:
+        return None
+    t = np.array([s["t"] for s in late])
+    rss = np.array([s["rss_mb"] for s in late])
+    return round(float(np.polyfit(t, rss, 1)[0]) * 3600, 1)
 
 
 def main(argv: list[str] | None = None) -> int:

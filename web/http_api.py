@@ -68,6 +68,9 @@ class _ScheduledTranscriber:
     def detect_language(self, encoded):
         return self._call("detect_language", encoded)
 
+    def language_probabilities(self, encoded, top=10):
+        return self._call("language_probabilities", encoded, top)
+
     def decode(self, encoded, request):
         from specscribe.pipeline.lanes import DecodeCall
 

@@ -134,6 +134,7 @@ class Connection:
         self._options = dataclasses.replace(
             self.ctx.stream_defaults,
             language=config.language,
+            languages=config.languages,
             task=config.task,
             translate=config.translate,
             interim_results=config.interim_results,

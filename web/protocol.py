@@ -86,6 +86,7 @@ class ClientConfig:
         alternatives: `final` events carry this many alternative texts, best first (0 or 1: none);
             the decodes then use a beam of at least this width.
         hotwords: words to favour (faster-whisper's hotwords), "" for none.
+        languages: when the language is detected, the codes it may be (empty: any).
     """
 
     sample_rate: int = 16_000
@@ -98,6 +99,7 @@ class ClientConfig:
     beam_size: int = 1
     alternatives: int = 0
     hotwords: str = ""
+    languages: tuple[str, ...] = ()
 
     @property
     def bytes_per_frame(self) -> int:
@@ -119,7 +121,8 @@ Message = Union[ClientConfig, Control]
 
 _LANGUAGE = re.compile(r"[A-Za-z]{2,8}(-[A-Za-z]+)?")
 _CONFIG_KEYS = {"type", "sample_rate", "encoding", "channels", "language", "task", "translate", "interim_results",
-                "beam_size", "alternatives", "hotwords"}
+                "beam_size", "alternatives", "hotwords", "languages"}
+MAX_LANGUAGES = 16
 
 
 def parse_text(text: str | bytes, *, expect_config: bool, languages: frozenset[str] | None = None) -> Message:
@@ -193,6 +196,15 @@ def parse_config(msg: dict[str, Any], languages: frozenset[str] | None = None) -
     hotwords = msg.get("hotwords", "")
     if not isinstance(hotwords, str) or len(hotwords) > MAX_HOTWORDS:
         raise _bad_config(f"hotwords must be a string of at most {MAX_HOTWORDS} characters")
+    allowed = msg.get("languages", [])
+    if not isinstance(allowed, list) or len(allowed) > MAX_LANGUAGES or not all(
+        isinstance(c, str) and len(c) <= 16 and _LANGUAGE.fullmatch(c) for c in allowed
+    ):
+        raise _bad_config(f"languages must be a list of at most {MAX_LANGUAGES} ISO codes such as [\"en\", \"de\"]")
+    allowed = tuple(dict.fromkeys(c.lower() for c in allowed))
+    unknown = [c for c in allowed if languages is not None and c not in languages]
+    if unknown:
+        raise _bad_config(f"language {_short(unknown[0])} is not one the model knows")
     return ClientConfig(
         sample_rate=int(rate),
         encoding=encoding,
@@ -200,6 +212,7 @@ def parse_config(msg: dict[str, Any], languages: frozenset[str] | None = None) -
         language=language.lower() if language else None,
         task=task,
         hotwords=hotwords.strip(),
+        languages=allowed,
         **flags,
     )
 
@@ -275,6 +288,7 @@ def ready_message(session_id: str, model: str, engine: str, config: ClientConfig
             "beam_size": config.beam_size,
             "alternatives": config.alternatives,
             "hotwords": config.hotwords,
+            "languages": list(config.languages),
         },
         "limits": limits.to_dict(),
     }

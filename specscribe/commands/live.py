@@ -31,6 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_engine_args(p, device_flag="--model-device")
     s = p.add_argument_group("captions")
     s.add_argument("--language", default=None, help="ISO code such as en or de (default: detect)")
+    s.add_argument("--languages", default="", metavar="CODES",
+                   help="when detecting: the languages it may be, e.g. en,de (default: any)")
     s.add_argument("--translate", action="store_true", help="also show an English translation of each sentence")
     s.add_argument("--output", metavar="FILE", help="save as it goes: FILE.srt, FILE.vtt or FILE.jsonl")
     add_streaming_args(s)
@@ -76,8 +78,11 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--beam-size must be from 1 to 8")
     try:
         language = _check_language(args.language)
+        allowed = tuple(dict.fromkeys(_check_language(c.strip()) for c in args.languages.split(",") if c.strip()))
     except ValueError as exc:
         return _fail(str(exc))
+    if allowed and language is not None:
+        return _fail("--languages is for detection: leave out --language")
     if args.output:
         suffix = Path(args.output).suffix.lower()
         if suffix not in (".srt", ".vtt", ".jsonl"):
@@ -100,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     transcriber = load_transcriber(engine_options(args))
     options = StreamOptions(
         language=language,
+        languages=allowed,
         translate=args.translate,
         interim_results=not args.no_partials,
         update_interval=args.update_interval,

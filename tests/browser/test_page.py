@@ -96,14 +96,20 @@ def _browser(wav: Path, profile: Path):
     return webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
 
 
-def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str = "") -> dict:
+def _jfk_done(text: str) -> bool:
+    """"country" ends both halves of JFK: wait for the second one (stopping earlier cuts the audio)."""
+    return _words(text).count("country") >= 2
+
+
+def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str = "", language: str = "en",
+              done=_jfk_done) -> dict:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     driver = _browser(wav, profile)
     try:
         driver.get(url + query)
-        Select(driver.find_element(By.ID, "language")).select_by_value("en")
+        Select(driver.find_element(By.ID, "language")).select_by_value(language)
         if translate:
             driver.find_element(By.ID, "translate").click()
         start = driver.find_element(By.ID, "start")
@@ -128,10 +134,10 @@ def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str
             driver.save_screenshot(str(ARTIFACTS / f"browser-jfk-live{suffix}.png"))
         except TimeoutException:
             pass
-        try:  # "country" ends both halves of the clip: wait for the second one (stopping earlier cuts the audio)
-            WebDriverWait(driver, 300, poll_frequency=0.5).until(lambda d: _words(finals_text(d)).count("country") >= 2)
+        try:
+            WebDriverWait(driver, 300, poll_frequency=0.5).until(lambda d: done(finals_text(d)))
         except TimeoutException:
-            pytest.fail(f"JFK's last words never became final: {state(driver)}")
+            pytest.fail(f"the clip's last words never became final: {state(driver)}")
         first_final = driver.find_element(By.CSS_SELECTOR, "#transcript .final").text
         if translate:
             WebDriverWait(driver, 120).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#transcript .translation"),
@@ -149,6 +155,9 @@ def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str
             "error_hidden": driver.find_element(By.ID, "error").get_attribute("hidden") is not None,
             "srt": driver.execute_script("return window.specscribe.transcriptSrt()"),
             "live_region": driver.find_element(By.ID, "transcript").get_attribute("aria-live"),
+            "detected": driver.find_element(By.ID, "detected").get_attribute("data-language"),
+            "detected_text": driver.find_element(By.ID, "detected").text,
+            "final_langs": [e.get_attribute("lang") for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .final")],
         }
     finally:
         driver.quit()
@@ -180,3 +189,38 @@ def test_page_resamples_in_the_worklet_at_the_device_rate(server_url, jfk_wav, t
     text = " ".join(_strip_time(f) for f in result["finals"])
     assert _wrong_words(text) == 0, text
 
+
+
+@pytest.fixture(scope="module")
+def german_wav(tmp_path_factory, clips_dir) -> Path:
+    """The German half of multilingual.mp3 (its first 16 s), 16 kHz mono PCM16, with 0.5 s of silence before."""
+    from specscribe.clips import GERMAN_START
+    from specscribe.pipeline.audio import load_audio
+
+    audio = load_audio(clips_dir / "multilingual.mp3")[int(GERMAN_START * 16000) : int((GERMAN_START + 16) * 16000)]
+    audio = np.concatenate([np.zeros(8000, dtype=np.float32), audio])
+    path = tmp_path_factory.mktemp("audio") / "german16k.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+def test_detect_automatically_gives_english_captions_for_english_speech(server_url, jfk_wav, tmp_path):
+    result = _run_page(server_url, jfk_wav, tmp_path / "profile", translate=False, language="auto")
+    text = " ".join(_strip_time(f) for f in result["finals"])
+    assert _wrong_words(text) == 0, text
+    assert result["detected"] == "en" and result["detected_text"] == "Detected: English", result
+    assert set(result["final_langs"]) == {"en"}
+
+
+def test_detect_automatically_gives_german_captions_for_german_speech(server_url, german_wav, tmp_path):
+    def done(text: str) -> bool:  # the 16 s end in "Dies umfasst insbesondere das Recht, die Software zu verwenden."
+        return "Recht" in text or "verwenden" in text
+
+    result = _run_page(server_url, german_wav, tmp_path / "profile", translate=False, language="auto", done=done)
+    text = " ".join(_strip_time(f) for f in result["finals"])
+    assert result["detected"] == "de" and result["detected_text"] == "Detected: German", result
+    assert "de" in result["final_langs"] and "Software" in text and "die" in text.split(), text

@@ -26,8 +26,8 @@ from test_beam import reference_beam  # noqa: E402
 pytestmark = pytest.mark.integration
 
 def _cases() -> list[tuple[str, str]]:
-    """(compute type, clip): the long German window (130 tokens; its reference alone takes a minute) at the
-    type `auto` picks, where bf16 near-ties showed; the short English ones there and in float32."""
+    """(compute type, clip): German (its first 14 s) at the type `auto` picks, where bf16 near-ties showed in
+    the full window; the short English ones there and in float32."""
     from specscribe.models.compute import resolve_compute_type
 
     auto = resolve_compute_type("auto", "cpu")
@@ -75,7 +75,8 @@ def test_beams_are_lossless_alone_batched_and_against_the_reference(base_model_d
 
     engine = _engine(base_model_dir, compute_type)
     language = "de" if name == "multilingual-de" else "en"
-    encoded = engine.encode(clips[name])
+    audio = clips[name][: 14 * 16000] if name == "multilingual-de" else clips[name]  # 14 s: the reference is O(tokens^2)
+    encoded = engine.encode(audio)
     request = DecodeRequest(language=language, beam_size=4, n_best=4)
     alone = engine.decode(encoded, request)
     companions = [engine.encode(clips[n]) for n in ("0870", "0930")]

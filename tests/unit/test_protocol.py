@@ -40,8 +40,14 @@ def test_search_fields_of_the_config():
     cfg = P.parse_text(json.dumps(raw), expect_config=True)
     assert (cfg.beam_size, cfg.alternatives, cfg.hotwords) == (4, 3, "Kubernetes, Dvořák")
     server_valid(P.ready_message("abc", "base", "spec", cfg, P.Limits()))
+    raw = {"type": "config", "languages": ["EN", "de", "en"]}
+    jsonschema.validate(raw, CLIENT_SCHEMA)
+    assert P.parse_text(json.dumps(raw), expect_config=True).languages == ("en", "de")
+    with pytest.raises(P.ProtocolError):
+        P.parse_text(json.dumps(raw), expect_config=True, languages=frozenset({"en", "fr"}))  # de unknown
     for bad in ({"beam_size": 0}, {"beam_size": 9}, {"alternatives": -1}, {"alternatives": True},
-                {"hotwords": 3}, {"hotwords": "x" * 501}):
+                {"hotwords": 3}, {"hotwords": "x" * 501}, {"languages": "en"}, {"languages": ["english!"]},
+                {"languages": ["en"] * 17}):
         with pytest.raises(P.ProtocolError) as info:
             P.parse_text(json.dumps({"type": "config", **bad}), expect_config=True)
         assert info.value.code == P.ErrorCode.INVALID_CONFIG
@@ -133,7 +139,9 @@ def test_every_server_message_matches_the_schema():
         CaptionEvent("speech_end", 1.1, end=1.0),
         CaptionEvent("partial", 0.2, start=0.0, end=0.5, text="ask"),
         CaptionEvent("final", 0.3, id=0, start=0.0, end=0.9, text="ask not", words=words),
-        CaptionEvent("final", 0.3, id=1, start=0.0, end=0.9, text="ask not", words=words, alternatives=("ask not", "asked not")),
+        CaptionEvent("final", 0.3, id=1, start=0.0, end=0.9, text="ask not", words=words, alternatives=("ask not", "asked not"),
+                     language="en"),
+        CaptionEvent("language", 0.35, language="en", probability=0.93, locked=True),
         CaptionEvent("translation", 0.4, id=0, start=0.0, end=0.9, text="ask not"),
         CaptionEvent("stats", 0.5, stats={"tokens": 3}),
     ]

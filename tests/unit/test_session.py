@@ -43,6 +43,8 @@ class FakeTranscriber:
         self.returned_stats: list[SpecStats] = []  # the stats of every decode, in order
         # {word: (heard, until)}: a window that ends before `until` hears the word as `heard`, unsure
         self.doubt: dict[str, tuple[str, float]] = {}
+        self.heard = lambda offset, duration: {"en": 1.0}  # the language detector, by window
+        self.detections: list[tuple[float, float]] = []
 
     def _offset(self, audio: np.ndarray) -> int:
         for i in np.flatnonzero(self.stream == audio[0]):
@@ -60,6 +62,10 @@ class FakeTranscriber:
 
     def detect_language(self, encoded):
         return "en", 1.0
+
+    def language_probabilities(self, encoded, top=10):
+        self.detections.append(encoded.handle)
+        return self.heard(*encoded.handle)
 
     def _tok(self, word: str) -> int:
         return self.vocab.setdefault(word, len(self.vocab) + 1)
@@ -330,6 +336,45 @@ def test_finals_carry_the_alternatives_of_their_span_when_asked():
     assert not any(e.alternatives for e in plain)
 
 
+def test_the_language_locks_after_seconds_of_agreeing_speech_not_on_a_short_guess():
+    script = make_script(14)  # 0.5 .. 6.7 s of speech
+    audio = noise(8)
+    fake = FakeTranscriber(audio, script)
+    fake.heard = lambda off, dur: {"cy": 0.6, "en": 0.4} if dur < 3.0 else {"en": 0.9, "cy": 0.1}
+    events, tr = run_session(audio, script, StreamOptions(language=None), intervals=[(0.5, 6.7)], fake=fake)
+    said = [(e.language, e.locked) for e in events if e.type == "language"]
+    assert said[0] == ("cy", False) and said[-1] == ("en", True) and ("cy", True) not in said
+    locked_at = next(i for i, e in enumerate(events) if e.type == "language" and e.locked)
+    assert all(e.language == "en" for e in events[locked_at:] if e.type == "final")
+    assert tr.requests[0].language == "cy"  # decoded in the best guess so far...
+    assert tr.requests[-1].language == "en"  # ...then in the locked language
+    n = len(fake.detections)
+    assert 0 < n < len(tr.requests)  # no detection pass once locked and the utterance checked
+
+
+def test_a_speaker_who_switches_language_is_followed_at_the_next_utterance():
+    script = make_script(12, start=0.5) + [(f"v{i}", s + 9.0, e + 9.0) for i, (_, s, e) in enumerate(make_script(10, start=0.5))]
+    audio = noise(15)
+    fake = FakeTranscriber(audio, script)
+    fake.heard = lambda off, dur: {"de": 0.96, "en": 0.04} if off + dur > 9.5 else {"en": 0.97, "de": 0.03}
+    intervals = [(0.5, 5.9), (9.5, 14.0)]
+    events, tr = run_session(audio, script, StreamOptions(language=None), intervals=intervals, fake=fake)
+    said = [(e.language, e.locked) for e in events if e.type == "language"]
+    assert said == [("en", False), ("en", True), ("de", True)]  # under 4 s, then locked, then the switch
+    languages = {e.language for e in events if e.type == "final" and e.start < 8}, {e.language for e in events if e.type == "final" and e.start > 9}
+    assert languages == ({"en"}, {"de"})
+
+
+def test_the_allow_list_keeps_detection_among_the_listed_languages():
+    script = make_script(12)
+    audio = noise(7)
+    fake = FakeTranscriber(audio, script)
+    fake.heard = lambda off, dur: {"cy": 0.7, "en": 0.27, "de": 0.03}  # among en and de: en 0.9
+    events, tr = run_session(audio, script, StreamOptions(language=None, languages=("en", "de")), intervals=[(0.5, 5.9)], fake=fake)
+    assert {r.language for r in tr.requests if r.task == "transcribe"} == {"en"}
+    assert [(e.language, e.locked) for e in events if e.type == "language"] == [("en", False), ("en", True)]
+
+
 def test_rejected_decodes_give_no_text():
     script = make_script(10)
     audio = noise(6)
@@ -446,6 +491,10 @@ def test_two_sessions_share_a_scheduler_without_mixing():
         def decode(self, encoded, request):
             fake, enc = encoded.handle
             return fake.decode(enc, request)
+
+        def language_probabilities(self, encoded, top=10):
+            fake, enc = encoded.handle
+            return fake.language_probabilities(enc, top)
 
         def align_words(self, encoded, result):
             return result.segments

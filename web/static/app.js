@@ -8,14 +8,15 @@ const params = new URLSearchParams(location.search);
 const ui = {
   start: $("start"), status: $("status"), statusText: $("status-text"), lag: $("lag"), error: $("error"),
   transcript: $("transcript"), partial: $("partial"), language: $("language"), task: $("task"),
-  translate: $("translate"), apiKey: $("api-key"),
+  translate: $("translate"), apiKey: $("api-key"), languages: $("languages"), detected: $("detected"),
 };
+const languageNames = new Intl.DisplayNames(["en"], { type: "language" });
 
 let live = null; // the running capture + connection, or null
 const finals = []; // {id, start, end, text, translation}
 
 if (params.get("api_key")) ui.apiKey.value = params.get("api_key");
-for (const key of ["language", "task"]) if (params.get(key)) ui[key].value = params.get(key);
+for (const key of ["language", "task", "languages"]) if (params.get(key)) ui[key].value = params.get(key);
 if (params.get("translate") === "1") ui.translate.checked = true;
 
 function setStatus(state, text) {
@@ -101,6 +102,7 @@ async function start() {
     ws.send(JSON.stringify({
       type: "config", sample_rate: RATE, encoding: "pcm_s16le", channels: 1,
       language: ui.language.value === "auto" ? null : ui.language.value,
+      languages: ui.language.value === "auto" ? allowedLanguages() : [],
       task: ui.task.value, translate: ui.translate.checked, interim_results: true,
     }));
     for (const chunk of session.queued) ws.send(chunk);
@@ -112,7 +114,16 @@ async function start() {
   ui.start.textContent = "Stop";
   ui.start.setAttribute("aria-pressed", "true");
   ui.start.disabled = false;
-  for (const el of [ui.language, ui.task, ui.translate]) el.disabled = true;
+  for (const el of [ui.language, ui.task, ui.translate, ui.languages]) el.disabled = true;
+  ui.detected.hidden = true;
+}
+
+function allowedLanguages() {
+  return ui.languages.value.split(/[\s,;]+/).map((c) => c.trim().toLowerCase()).filter(Boolean);
+}
+
+function languageName(code) {
+  try { return languageNames.of(code) || code; } catch { return code; }
 }
 
 function sendAudio(session, chunk) {
@@ -160,6 +171,12 @@ function onMessage(session, msg) {
     case "translation":
       addTranslation(msg);
       break;
+    case "language":
+      ui.detected.hidden = false;
+      ui.detected.dataset.language = msg.language;
+      ui.detected.dataset.locked = String(msg.locked);
+      ui.detected.textContent = `Detected: ${languageName(msg.language)}` + (msg.locked ? "" : " (listening…)");
+      break;
     case "speech_start":
     case "speech_end":
       ui.status.dataset.speech = msg.type === "speech_start" ? "on" : "off";
@@ -186,6 +203,7 @@ function addFinal(msg) {
   const p = document.createElement("p");
   p.className = "final";
   p.dataset.id = String(msg.id);
+  if (msg.language) p.lang = msg.language;
   const time = document.createElement("span");
   time.className = "time";
   time.textContent = fmtClock(msg.start);
@@ -221,7 +239,7 @@ function onClose(session, event) {
   ui.start.textContent = "Start";
   ui.start.setAttribute("aria-pressed", "false");
   ui.start.disabled = false;
-  for (const el of [ui.language, ui.task, ui.translate]) el.disabled = false;
+  for (const el of [ui.language, ui.task, ui.translate, ui.languages]) el.disabled = false;
   if (event.code === 1000 || (session.closing && event.code === 1005)) {
     setStatus("idle", "Stopped");
   } else {
