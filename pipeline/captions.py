@@ -1,6 +1,6 @@
 """Where caption events go: the terminal (partials rewritten in place), and files written as the
-stream goes (JSONL: every event; SRT/VTT: finals grouped into cues, with the translation as a
-second line when translation is on)."""
+stream goes (JSONL: every event; SRT/VTT: one cue per caption line, with the translation as a
+second line when translation is on). Lines are the session's `line` events (pipeline/lines.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import sys
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from specscribe.pipeline.policy import SENTENCE_END
+from specscribe.pipeline.lines import join_texts
 from specscribe.pipeline.types import CaptionEvent
 
 DIM, CYAN, RESET, CLEAR_LINE = "\x1b[2m", "\x1b[36m", "\x1b[0m", "\r\x1b[2K"
-CUE_MAX_SECONDS = 7.0
-CUE_MAX_CHARS = 84
 
 
 class CaptionSink(Protocol):
@@ -26,7 +24,7 @@ class CaptionSink(Protocol):
 
 class TerminalCaptions:
     """Finals accumulate on the current line; the partial follows them dimmed and is rewritten in
-    place (TTY only). A line ends at a sentence end, a speech end or the terminal width; with
+    place (TTY only). A line ends at a `line` event (or wraps at the terminal's width); with
     translation on, the English line is printed under it. Without a TTY only finished lines print."""
 
     def __init__(self, out: TextIO = sys.stdout, tty: bool | None = None, width: int | None = None) -> None:
@@ -41,15 +39,17 @@ class TerminalCaptions:
             self._partial = event.text
             self._render()
         elif event.type == "final":
-            self._line = f"{self._line} {event.text}".strip()
+            self._line = join_texts([self._line, event.text], event.language)
             self._partial = ""
-            if event.text.endswith(SENTENCE_END) or len(self._line) > self.width - 20:
+            if len(self._line) > self.width - 1:
                 self._end_line()
             else:
                 self._render()
+        elif event.type == "line":
+            self._end_line()
         elif event.type == "speech_end":
             self._partial = ""
-            self._end_line()
+            self._render()
         elif event.type == "translation":
             self._end_line()
             self._print(f"  {CYAN}→ {event.text}{RESET}" if self.tty else f"  [en] {event.text}")
@@ -106,9 +106,9 @@ def _timestamp(seconds: float, sep: str) -> str:
 
 
 class SubtitleSink:
-    """SRT or VTT cues built from finals (a cue ends at a sentence end, a speech end, or past
-    CUE_MAX_SECONDS / CUE_MAX_CHARS). With `translated`, a cue waits for the translation covering
-    its last final and shows it as a second line."""
+    """SRT or VTT cues, one per caption line (`line` event); finals no line closed yet become a
+    cue at close. With `translated`, a cue waits for the translation covering its last final and
+    shows it as a second line."""
 
     def __init__(self, path: str | Path, fmt: str, translated: bool = False) -> None:
         if fmt not in ("srt", "vtt"):
@@ -119,7 +119,7 @@ class SubtitleSink:
         if fmt == "vtt":
             self._fh.write("WEBVTT\n\n")
         self._n = 0
-        self._cue: list[CaptionEvent] = []  # finals of the cue being built
+        self._cue: list[CaptionEvent] = []  # finals of the open line
         self._done: list[tuple[float, float, str, int, int]] = []  # (start, end, text, first id, last id)
         self._translations: list[CaptionEvent] = []  # a translation's id is the last final it covers
         self._translated_to = -1
@@ -127,14 +127,11 @@ class SubtitleSink:
     def write(self, event: CaptionEvent) -> None:
         if event.type == "final" and event.text:
             self._cue.append(event)
-            start, end = self._cue[0].start or 0.0, event.end or 0.0
-            text = " ".join(e.text for e in self._cue)
-            if event.text.endswith(SENTENCE_END) or end - start > CUE_MAX_SECONDS or len(text) > CUE_MAX_CHARS:
-                self._close_cue()
-        elif event.type == "speech_end":
-            self._close_cue()
+        elif event.type == "line":
+            first = self._cue[0].id or 0 if self._cue else event.id or 0
+            self._done.append((event.start or 0.0, event.end or 0.0, event.text, first, event.id or 0))
+            self._cue = [e for e in self._cue if (e.id or 0) > (event.id or 0)]
         elif event.type == "translation":
-            self._close_cue()
             self._translations.append(event)
             self._translated_to = max(self._translated_to, event.id or 0)
         self._emit_ready(final=False)
@@ -146,8 +143,8 @@ class SubtitleSink:
 
     def _close_cue(self) -> None:
         if self._cue:
-            text = " ".join(e.text for e in self._cue)
             first, last = self._cue[0], self._cue[-1]
+            text = join_texts([e.text for e in self._cue], first.language)
             self._done.append((first.start or 0.0, last.end or 0.0, text, first.id or 0, last.id or 0))
             self._cue = []
 

@@ -30,6 +30,7 @@ from specscribe.models.types import DecodeRequest, SpecStats, Word
 from specscribe.pipeline.alternatives import final_alternatives
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.language import LanguageOptions, LanguageTracker
+from specscribe.pipeline.lines import CaptionLine, LineBreaker
 from specscribe.pipeline.policy import SENTENCE_END, LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
 from specscribe.pipeline.scheduler import ModelScheduler, Priority
@@ -82,6 +83,7 @@ class StreamSession:
         self._draft_text: str | None = None
         self._last_partial = ""
         self._final_id = 0
+        self._lines = LineBreaker(options.lines)  # finals grouped into caption lines (`line` events)
         self._group: list[tuple[int, tuple[Word, ...]]] = []  # finals waiting for translation
         self._last_translation = ""
         self._translating: asyncio.Task | None = None  # the newest translation; each awaits the one before
@@ -190,6 +192,8 @@ class StreamSession:
             elif self._ring.end - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:
                 events += await self._release_held()  # the pause became an end
                 self._policy.skip(self._reach_back() / SAMPLE_RATE)  # long silence: no context kept
+            elif not self._policy.partial:  # a pause with nothing held back: the line may end
+                events += self._line_events(self._lines.idle(self._ring.end / SAMPLE_RATE))
             self._trim_ring()
         return events + self._collect_translations()
 
@@ -234,11 +238,13 @@ class StreamSession:
         return events + await self._translate_group(force=True)
 
     async def _release_held(self) -> list[CaptionEvent]:
-        """Commit the unsure words a pause held back (no speech came to decide them)."""
-        if self._in_speech or not self._policy.partial:
+        """Commit the unsure words a pause held back (no speech came to decide them); the open line ends."""
+        if self._in_speech:
             return []
-        events = self._emit(self._policy.finish(self._policy.partial, reset=False), self._speech_end, final=True)
-        return events + await self._translate_group(force=True)
+        events = []
+        if self._policy.partial:
+            events = self._emit(self._policy.finish(self._policy.partial, reset=False), self._speech_end, final=True)
+        return events + self._line_events(self._lines.flush()) + await self._translate_group(force=True)
 
     def _decode_language(self) -> str | None:
         return self.options.language or (self._tracker.decode_language if self._tracker else None)
@@ -326,8 +332,11 @@ class StreamSession:
             words = update.committed
             text = "".join(w.text for w in words).strip()
             self._text_language = language or self.language
-            events.append(self._event("final", id=self._final_id, start=words[0].start, end=words[-1].end, text=text,
-                                      words=words, alternatives=alternatives, language=self._text_language))
+            final = self._event("final", id=self._final_id, start=words[0].start, end=words[-1].end, text=text,
+                                words=words, alternatives=alternatives, language=self._text_language)
+            lines = self._lines.add(final)  # a line this final does not fit ends before it
+            events += self._line_events([ln for ln in lines if ln.last_id < final.id]) + [final]
+            events += self._line_events([ln for ln in lines if ln.last_id == final.id])
             self._group.append((self._final_id, words))
             self._final_id += 1
         partial = "".join(w.text for w in update.partial).strip()
@@ -339,6 +348,10 @@ class StreamSession:
             )
         self._last_partial = partial
         return events
+
+    def _line_events(self, lines: list[CaptionLine]) -> list[CaptionEvent]:
+        return [self._event("line", id=ln.last_id, start=ln.start, end=ln.end, text=ln.text, language=ln.language)
+                for ln in lines]
 
     def _set_draft(self, hyp: Hypothesis, window_start: float, buffer_start: float) -> None:
         """The next decode's previous-hypothesis draft: the tokens, or the text after a moved start."""

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specscribe.models.types import Segment, SpecStats, Task, Word
+from specscribe.pipeline.lines import LineOptions
 
 __all__ = ["CaptionEvent", "EventType", "Segment", "SpecStats", "StreamOptions", "Word"]
 
-EventType = Literal["partial", "final", "translation", "speech_start", "speech_end", "stats", "language"]
+EventType = Literal["partial", "final", "translation", "speech_start", "speech_end", "stats", "language", "line"]
 
 
 @dataclass(frozen=True)
@@ -18,15 +19,16 @@ class CaptionEvent:
     """One thing a stream tells its listeners.
 
     Attributes:
-        type: partial | final | translation | speech_start | speech_end | stats.
+        type: partial | final | translation | speech_start | speech_end | stats | language | line.
         emitted_at: wall-clock seconds since the stream started.
-        id: for final, its number in the stream (0, 1, ...); for translation, the id of the final it translates.
+        id: for final, its number in the stream (0, 1, ...); for translation, the id of the final it translates;
+            for line, the id of the line's last final (a caption line: pipeline/lines.py).
         start, end: seconds of audio (partial, final, translation, speech_start/end).
         text: the caption text.
         words: word timings of a final.
         stats: for stats events, counters (SpecStats.to_dict() plus stream figures).
         alternatives: for a final, the n-best texts of its span, its own first (StreamOptions.n_best).
-        language: for a final, the language it was decoded in; for a language event, the stream's.
+        language: for a final, the language it was decoded in (a line: its finals'); for a language event, the stream's.
         probability, locked: for a language event, the tracker's confidence and whether it locked
             (pipeline/language.py).
     """
@@ -52,7 +54,7 @@ class CaptionEvent:
             out["start"] = round(self.start, 3)
         if self.end is not None:
             out["end"] = round(self.end, 3)
-        if self.type in ("partial", "final", "translation"):
+        if self.type in ("partial", "final", "translation", "line"):
             out["text"] = self.text
         if self.type == "final":
             out["words"] = [
@@ -61,7 +63,7 @@ class CaptionEvent:
             ]
         if self.alternatives:
             out["alternatives"] = [{"text": t} for t in self.alternatives]
-        if self.type in ("final", "language") and self.language is not None:
+        if self.type in ("final", "language", "line") and self.language is not None:
             out["language"] = self.language
         if self.type == "language":
             out.update(probability=round(self.probability or 0.0, 4), locked=bool(self.locked))
@@ -101,6 +103,7 @@ class StreamOptions:
         hold_unsure: at a pause (a speech end), words the model is unsure of stay partial until the
             speech after the pause confirms or corrects them, or the pause lasts 2 s (session.py
             CONTEXT_GAP); False commits an utterance's whole last hypothesis at its end.
+        lines: where finals are grouped into caption lines (`line` events).
     """
 
     language: str | None = None
@@ -122,3 +125,4 @@ class StreamOptions:
     beam_size: int = 1
     n_best: int = 1
     hotwords: str = ""
+    lines: LineOptions = LineOptions()

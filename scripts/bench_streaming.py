@@ -144,6 +144,22 @@ def word_latencies(events, ref_words) -> tuple[list[float], list[float], list[fl
     return p_lat, f_lat, ends
 
 
+def line_figures(events) -> dict:
+    """Finals against caption lines (pipeline/lines.py): how fragmented each is, and how late a line ends."""
+    finals = [e for e in events if e.type == "final"]
+    lines = [e for e in events if e.type == "line"]
+    return {
+        "finals": len(finals), "words_per_final_median": pct([len(e.words) for e in finals], 50),
+        "lines": len(lines), "words_per_line_median": pct([len(e.text.split()) for e in lines], 50),
+        "chars_per_line_median": pct([len(e.text) for e in lines], 50),
+        "chars_per_line_max": max((len(e.text) for e in lines), default=None),
+        "seconds_per_line_median": pct([e.end - e.start for e in lines], 50),
+        "lines_ending_a_sentence": round(sum(e.text.rstrip().endswith((".", "?", "!")) for e in lines) / len(lines), 3)
+        if lines else None,
+        "line_event_after_its_end_median": pct([e.emitted_at - e.end for e in lines], 50),
+    }
+
+
 def pct(values, q) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
@@ -177,6 +193,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args) -> dict:
             "tokens_per_target_pass": stats["tokens_per_target_pass"],
             "translations": sum(1 for e in events if e.type == "translation"),
             "wer_vs_batch": round(wer(" ".join(w.text for w in refs[name]), final_text(events)), 4),
+            "caption_lines": line_figures(events),
         }
         wers.append(clip["wer_vs_batch"])
         if audio.size / SAMPLE_RATE > 60 and f_lat:  # flatness over the long lecture

@@ -328,7 +328,7 @@ class Connection:
         for word in d.get("words", ()):
             word["start"] = round(word["start"] + self._time_offset, 3)
             word["end"] = round(word["end"] + self._time_offset, 3)
-        if "id" in d and d["type"] in ("final", "translation"):
+        if "id" in d and d["type"] in ("final", "translation", "line"):
             d["id"] += self._id_offset
             if d["type"] == "final":
                 self._next_id = max(self._next_id, d["id"] + 1)

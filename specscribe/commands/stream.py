@@ -66,7 +66,7 @@ def _print_json(msg: dict) -> None:
 
 def _print_text(msg: dict) -> None:
     kind = msg["type"]
-    if kind == "final":
+    if kind == "line":  # a caption line ends (its finals are in --json's output)
         print(f"[{msg['start']:7.2f} -> {msg['end']:7.2f}] {msg['text']}", flush=True)
     elif kind == "translation":
         print(f"{'':20} {msg['text']}", flush=True)

@@ -158,6 +158,9 @@ def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str
             "detected": driver.find_element(By.ID, "detected").get_attribute("data-language"),
             "detected_text": driver.find_element(By.ID, "detected").text,
             "final_langs": [e.get_attribute("lang") for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .final")],
+            "lines": [{"text": e.text, "closed": e.get_attribute("data-closed"),
+                       "finals": [f.text for f in e.find_elements(By.CSS_SELECTOR, ".final")]}
+                      for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .line")],
         }
     finally:
         driver.quit()
@@ -176,6 +179,15 @@ def test_page_captions_jfk_in_real_chromium(server_url, jfk_wav, tmp_path, trans
     assert result["first_final_before"] == result["first_final_after"]  # finals never change once shown
     assert result["error_hidden"] and result["live_region"] == "polite"
     assert result["srt"].startswith("1\n00:00:0") and " --> " in result["srt"]
+    # caption lines render as lines: JFK's 105 characters are two or more, each a paragraph of whole finals,
+    # all closed after Stop; a line of several finals keeps within 84 characters (pipeline/lines.py)
+    lines = result["lines"]
+    assert len(lines) >= 2 and all(line["closed"] == "true" for line in lines), lines
+    assert [f for line in lines for f in line["finals"]] == result["finals"]
+    for line in lines:
+        assert _strip_time(line["text"]) == " ".join(line["finals"]), line
+        assert len(line["finals"]) == 1 or len(_strip_time(line["text"])) <= 84, line
+    assert result["srt"].count(" --> ") == len(lines)  # a cue per line
     if translate:
         english = " ".join(result["translations"])
         assert result["translations"] and _wrong_words(english) <= 2, english

@@ -22,10 +22,12 @@ EVENTS = [
     final(0, 0.2, 0.9, "Hello world,"),
     CaptionEvent("partial", 1.2, start=1.0, end=1.3, text="how are"),
     final(1, 1.0, 2.0, "how are you?"),
+    CaptionEvent("line", 2.1, id=1, start=0.2, end=2.0, text="Hello world, how are you?"),
     CaptionEvent("translation", 3.0, id=1, start=0.2, end=2.0, text="HELLO WORLD, HOW ARE YOU?"),
     final(2, 2.5, 3.5, "Fine"),
     CaptionEvent("speech_end", 4.2, end=3.6),
-    CaptionEvent("translation", 4.3, id=2, start=2.5, end=3.5, text="FINE"),
+    CaptionEvent("line", 4.6, id=2, start=2.5, end=3.5, text="Fine"),
+    CaptionEvent("translation", 4.7, id=2, start=2.5, end=3.5, text="FINE"),
 ]
 
 
@@ -62,6 +64,8 @@ def test_jsonl_has_every_event(tmp_path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["type"] for r in rows] == [e.type for e in EVENTS]
     assert all("emitted_at" in r for r in rows)
+    assert rows[5] == {"type": "line", "emitted_at": 2.1, "id": 1, "start": 0.2, "end": 2.0,
+                       "text": "Hello world, how are you?"}
     fin = rows[2]
     assert fin["start"] == 0.2 and fin["end"] == 0.9 and fin["text"] == "Hello world," and len(fin["words"]) == 2
     assert rows[1]["text"] == "hello wor" and "words" not in rows[1]
@@ -94,5 +98,44 @@ def test_subtitle_cues_are_written_as_they_complete(tmp_path):
     sink = SubtitleSink(path, "srt")
     for e in EVENTS[:5]:
         sink.write(e)
-    assert "Hello world, how are you?" in path.read_text()  # before close
+    assert path.read_text() == ""  # the line is still open
+    sink.write(EVENTS[5])
+    assert "Hello world, how are you?" in path.read_text()  # its line ended: before close
     sink.close()
+
+
+def test_lines_not_sentences_cut_cues_and_the_terminal(tmp_path):
+    """A sentence that spans two lines is two cues; a line of two sentences is one."""
+    events = [final(0, 0.0, 1.0, "One."), final(1, 1.0, 2.0, "Two"), CaptionEvent("line", 2.0, id=1, start=0.0, end=2.0, text="One. Two"),
+              final(2, 2.0, 3.0, "three,"), final(3, 3.0, 4.0, "four.")]
+    path = tmp_path / "lines.srt"
+    sink, out = SubtitleSink(path, "srt"), io.StringIO()
+    term = TerminalCaptions(out, tty=False)
+    for e in events:
+        sink.write(e)
+        term.write(e)
+    assert [s.plaintext for s in pysubs2.load(str(path))] == ["One. Two"]
+    assert out.getvalue() == "One. Two\n"
+    sink.close()  # finals no line closed yet: a cue of their own, nothing lost
+    term.close()
+    cues = [(s.start, s.end, s.plaintext) for s in pysubs2.load(str(path))]
+    assert cues == [(0, 2000, "One. Two"), (2000, 4000, "three, four.")]
+    assert out.getvalue() == "One. Two\nthree, four.\n"
+
+
+def test_terminal_wraps_an_open_line_at_its_width():
+    out = io.StringIO()
+    term = TerminalCaptions(out, tty=False, width=20)
+    for i, word in enumerate(["sixteen letters.", "more", "and more"]):
+        term.write(final(i, i, i + 1, word))
+    assert out.getvalue() == "sixteen letters. more\n"
+
+
+def test_stream_prints_caption_lines_and_translations(capsys):
+    from specscribe.commands.stream import _print_text
+
+    for e in EVENTS:
+        _print_text(e.to_dict())
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["[   0.20 ->    2.00] Hello world, how are you?", f"{'':20} HELLO WORLD, HOW ARE YOU?",
+                   "[   2.50 ->    3.50] Fine", f"{'':20} FINE"]

@@ -83,7 +83,7 @@ def test_every_message_type_and_close_semantics(server):
         jsonschema.validate(m, SERVER_SCHEMA)
     kinds = types(messages)
     assert kinds[0] == "ready" and kinds[-1] == "stats" and messages[-1]["reason"] == "close"
-    assert {"speech_start", "speech_end", "partial", "final", "translation"} <= set(kinds)
+    assert {"speech_start", "speech_end", "partial", "final", "translation", "line"} <= set(kinds)
     finals = [m for m in messages if m["type"] == "final"]
     assert [f["text"] for f in finals] == ["w1 w2 w3", "w4 w5"]  # the unfinished utterance is flushed
     assert [f["id"] for f in finals] == [0, 1]
@@ -101,6 +101,7 @@ def test_finalize_commits_and_the_session_goes_on(server):
     after = [m for m in messages[i_fin:] if m["type"] == "final"]
     assert [f["text"] for f in before] == ["w2 w6"] and [f["text"] for f in after] == ["w7 w8"]
     assert after[0]["id"] == 1  # numbering continues across a finalize
+    assert [m["id"] for m in messages if m["type"] == "line"] == [0, 1]  # so does the lines' (pipeline/lines.py)
     assert after[0]["start"] >= first.size / 16000 - 0.05  # and so does the timeline
     assert kinds[-1] == "stats" and code == 1000
 

@@ -321,6 +321,56 @@ def test_a_long_pause_commits_the_held_words_before_the_next_utterance():
     assert types.index("speech_end") < events.index(held) < second_start
 
 
+def check_lines(events) -> list[str]:
+    """Every final is in exactly one line, in order; a line comes after its last final and before the
+    next final. Returns the lines' texts."""
+    open_ids, texts = [], []
+    for e in events:
+        if e.type == "final":
+            open_ids.append(e.id)
+            open_texts = [f.text for f in events if f.type == "final" and f.id in open_ids]
+        elif e.type == "line":
+            assert open_ids and e.id == open_ids[-1], (e.id, open_ids)
+            assert e.text == " ".join(open_texts)
+            texts.append(e.text)
+            open_ids = []
+    assert open_ids == [], "finals left without a line at the stream's end"
+    return texts
+
+
+def test_finals_are_grouped_into_lines_at_sentence_ends():
+    script = make_script(40, sentence_every=5)
+    events, _ = run_session(noise(20), script, StreamOptions(vad=False))
+    lines = check_lines(events)
+    assert lines == [" ".join(w for w, _, _ in script[i : i + 5]) for i in range(0, 40, 5)]
+
+
+def test_a_long_run_without_sentence_ends_is_cut_by_length_and_duration():
+    script = make_script(60)  # 27 s of speech, no punctuation
+    events, _ = run_session(noise(30), script, StreamOptions(vad=False))
+    lines = check_lines(events)
+    assert len(lines) >= 4 and " ".join(lines).split() == [w for w, _, _ in script]
+    spans = [e.end - e.start for e in events if e.type == "line"]
+    assert max(len(t) for t in lines) <= 84 and max(spans) <= 7.0
+
+
+def test_a_pause_ends_the_line_when_nothing_is_held():
+    script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
+    script += [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=4.5))]
+    events, _ = run_session(noise(8), script, StreamOptions(), intervals=[(1.0, 2.7), (4.5, 6.2)])
+    assert check_lines(events) == ["a0 a1 a2 a3", "b0 b1 b2 b3"]
+    first_line = next(e for e in events if e.type == "line")
+    # 1 s after its last word (2.65 s), during the pause, not when the next speech comes
+    assert 3.6 <= first_line.emitted_at < 4.5
+
+
+def test_held_words_join_their_line_before_it_ends():
+    events = _paused_session(second_start=6.5)
+    assert check_lines(events) == ["a0 a1 a2 x3", "b0 b1 b2 b3"]
+    events = _paused_session(second_start=3.4)  # a short pause: the speech after it continues the line
+    assert check_lines(events) == ["a0 a1 a2 a3 b0 b1 b2 b3"]
+
+
 def test_finals_carry_the_alternatives_of_their_span_when_asked():
     script = make_script(12, sentence_every=4)
     audio = noise(7)

@@ -130,7 +130,8 @@ class FakeSession:
         text = " ".join(w.text for w in words)
         fid = self._final_id
         self._final_id += 1
-        events = [self._ev("final", id=fid, start=words[0].start, end=words[-1].end, text=text, words=words)]
+        events = [self._ev("final", id=fid, start=words[0].start, end=words[-1].end, text=text, words=words),
+                  self._ev("line", id=fid, start=words[0].start, end=words[-1].end, text=text)]  # a line per utterance
         if self.options.translate:
             events.append(self._ev("translation", id=fid, start=words[0].start, end=words[-1].end, text=text.upper()))
         return events

@@ -13,7 +13,9 @@ const ui = {
 const languageNames = new Intl.DisplayNames(["en"], { type: "language" });
 
 let live = null; // the running capture + connection, or null
-const finals = []; // {id, start, end, text, translation}
+const finals = []; // {id, start, end, text, line}: every final, in order
+const lines = []; // caption lines {start, end, text, translations, el, closed}; the last may be open
+const NO_SPACE = new Set(["zh", "yue", "ja", "th", "lo", "my", "km", "bo"]); // written without spaces
 
 if (params.get("api_key")) ui.apiKey.value = params.get("api_key");
 for (const key of ["language", "task", "languages"]) if (params.get(key)) ui[key].value = params.get(key);
@@ -168,6 +170,9 @@ function onMessage(session, msg) {
       ui.partial.textContent = "";
       showLag(session, msg.end);
       break;
+    case "line": // the open caption line ends here (pipeline/lines.py); the next final starts a new one
+      closeLine(msg);
+      break;
     case "translation":
       addTranslation(msg);
       break;
@@ -197,32 +202,58 @@ function showLag(session, end) {
   if (Number.isFinite(lag)) ui.lag.textContent = `· ${Math.max(0, lag).toFixed(1)} s behind`;
 }
 
-function addFinal(msg) {
-  const entry = { id: msg.id, start: msg.start, end: msg.end, text: msg.text, translation: "" };
-  finals.push(entry);
+function openLine(msg) {
+  const last = lines.at(-1);
+  if (last && !last.closed) return last;
   const p = document.createElement("p");
-  p.className = "final";
-  p.dataset.id = String(msg.id);
+  p.className = "line";
   if (msg.language) p.lang = msg.language;
   const time = document.createElement("span");
   time.className = "time";
   time.textContent = fmtClock(msg.start);
-  p.append(time, document.createTextNode(msg.text));
+  p.append(time);
   ui.transcript.append(p);
-  entry.el = p;
+  const line = { start: msg.start, end: msg.end, text: "", translations: [], el: p, after: p, closed: false };
+  lines.push(line);
+  return line;
+}
+
+function addFinal(msg) {
+  const line = openLine(msg);
+  const span = document.createElement("span");
+  span.className = "final";
+  span.dataset.id = String(msg.id);
+  if (msg.language) span.lang = msg.language;
+  span.textContent = msg.text;
+  const sep = line.text && !NO_SPACE.has(msg.language) ? " " : "";
+  if (sep) line.el.append(document.createTextNode(sep));
+  line.el.append(span);
+  line.text += sep + msg.text;
+  line.end = msg.end;
+  finals.push({ id: msg.id, start: msg.start, end: msg.end, text: msg.text, line });
   ui.transcript.scrollTop = ui.transcript.scrollHeight;
+}
+
+function closeLine(msg) {
+  const line = lines.at(-1);
+  if (!line || line.closed) return;
+  line.closed = true;
+  line.el.dataset.closed = "true";
+  Object.assign(line, { start: msg.start, end: msg.end, text: msg.text });
 }
 
 function addTranslation(msg) {
   const entry = finals.findLast((f) => f.id === msg.id);
   if (!entry) return;
-  entry.translation = msg.text;
+  const line = entry.line;
+  line.translations.push(msg.text);
   const p = document.createElement("p");
   p.className = "translation";
   p.lang = "en";
   p.dataset.for = String(msg.id);
   p.textContent = msg.text;
-  entry.el.after(p);
+  line.after.after(p);
+  line.after = p;
   ui.transcript.scrollTop = ui.transcript.scrollHeight;
 }
 
@@ -250,8 +281,12 @@ function onClose(session, event) {
   }
 }
 
+function lineText(line, indent) {
+  return [line.text, ...line.translations.map((t) => indent + t)].join("\n");
+}
+
 function transcriptText() {
-  return finals.map((f) => (f.translation ? `${f.text}\n  ${f.translation}` : f.text)).join("\n");
+  return lines.filter((l) => l.text).map((l) => lineText(l, "  ")).join("\n");
 }
 
 function srtTime(seconds) {
@@ -260,11 +295,9 @@ function srtTime(seconds) {
   return `${pad(Math.floor(ms / 3600000))}:${pad(Math.floor(ms / 60000) % 60)}:${pad(Math.floor(ms / 1000) % 60)},${pad(ms % 1000, 3)}`;
 }
 
-function transcriptSrt() {
-  return finals.map((f, i) => {
-    const text = f.translation ? `${f.text}\n${f.translation}` : f.text;
-    return `${i + 1}\n${srtTime(f.start)} --> ${srtTime(f.end)}\n${text}\n`;
-  }).join("\n");
+function transcriptSrt() { // a cue per caption line, its translations under it
+  return lines.filter((l) => l.text).map((l, i) =>
+    `${i + 1}\n${srtTime(l.start)} --> ${srtTime(l.end)}\n${lineText(l, "")}\n`).join("\n");
 }
 
 function download(name, text, type) {
@@ -291,10 +324,11 @@ $("download-txt").addEventListener("click", () => download("transcript.txt", tra
 $("download-srt").addEventListener("click", () => download("transcript.srt", transcriptSrt(), "application/x-subrip"));
 $("clear").addEventListener("click", () => {
   finals.length = 0;
+  lines.length = 0;
   ui.transcript.replaceChildren();
   ui.partial.textContent = "";
 });
 document.addEventListener("keydown", (event) => {
   if (event.key === "Escape" && live) stop();
 });
-window.specscribe = { finals, transcriptText, transcriptSrt }; // for tests and the console
+window.specscribe = { finals, lines, transcriptText, transcriptSrt }; // for tests and the console
