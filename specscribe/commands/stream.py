@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--language", default=None, help="ISO code such as en or de (default: detect)")
     p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
     p.add_argument("--translate", action="store_true", help="also ask for English translations")
-    p.add_argument("--format", default="text", choices=("text", "json"), help="text: finals and translations; json: every event, one per line")
+    p.add_argument("--format", default="text", choices=("text", "json"), help="text: caption lines and translations; json: every event, one per line")
     p.add_argument("--speed", type=float, default=1.0, help="1 = real time (default), 2 = twice as fast, 0 = as fast as possible")
     p.add_argument("--no-partials", action="store_true", help="do not ask for partial results")
     p.add_argument("--api-key", default=None, help="server API key (default: $SPECSCRIBE_API_KEY)")

@@ -38,20 +38,22 @@ def _wrong_words(hyp: str) -> int:
     return round(wer(JFK_TEXT, hyp) * len(normalize(JFK_TEXT).split()))
 
 
-@pytest.fixture(scope="module")
-def jfk_wav(tmp_path_factory, clips_dir) -> Path:
-    """JFK as 16 kHz mono PCM16 WAV, with 0.5 s of silence before (the fake device starts at once)."""
-    from specscribe.pipeline.audio import load_audio
-
-    audio = load_audio(clips_dir / "jfk.flac")
+def _fake_mic_wav(audio: np.ndarray, path: Path) -> Path:
+    """16 kHz mono PCM16 WAV for Chromium's fake microphone, with 0.5 s of silence before (it starts at once)."""
     audio = np.concatenate([np.zeros(8000, dtype=np.float32), audio])
-    path = tmp_path_factory.mktemp("audio") / "jfk16k.wav"
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(16000)
         w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
     return path
+
+
+@pytest.fixture(scope="module")
+def jfk_wav(tmp_path_factory, clips_dir) -> Path:
+    from specscribe.pipeline.audio import load_audio
+
+    return _fake_mic_wav(load_audio(clips_dir / "jfk.flac"), tmp_path_factory.mktemp("audio") / "jfk16k.wav")
 
 
 @pytest.fixture(scope="module")
@@ -205,19 +207,12 @@ def test_page_resamples_in_the_worklet_at_the_device_rate(server_url, jfk_wav, t
 
 @pytest.fixture(scope="module")
 def german_wav(tmp_path_factory, clips_dir) -> Path:
-    """The German half of multilingual.mp3 (its first 16 s), 16 kHz mono PCM16, with 0.5 s of silence before."""
+    """The German half of multilingual.mp3 (its first 16 s)."""
     from specscribe.clips import GERMAN_START
     from specscribe.pipeline.audio import load_audio
 
     audio = load_audio(clips_dir / "multilingual.mp3")[int(GERMAN_START * 16000) : int((GERMAN_START + 16) * 16000)]
-    audio = np.concatenate([np.zeros(8000, dtype=np.float32), audio])
-    path = tmp_path_factory.mktemp("audio") / "german16k.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
+    return _fake_mic_wav(audio, tmp_path_factory.mktemp("audio") / "german16k.wav")
 
 
 def test_detect_automatically_gives_english_captions_for_english_speech(server_url, jfk_wav, tmp_path):

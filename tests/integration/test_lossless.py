@@ -1,5 +1,5 @@
 """Speculative decoding is lossless on real clips: at the compute type `auto` picks on this CPU
-(bfloat16 with AVX512-BF16/AMX, int8_float32 otherwise) on every clip and in float32 on four, for every drafter (a
+(bfloat16 with AVX512-BF16/AMX, int8_float32 otherwise) on every clip and in float32 on three, for every drafter (a
 deliberately random one included), the tokens equal the target's own reference loop
 (models/decoding.generate), with and without timestamps, in the transcribe and translate tasks.
 Exact tokens, not a tolerance: the target's passes are batch-invariant (models/invariant.py).
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 CLIP_NAMES = ["jfk", "0870", "0880", "0890", "0920", "0930", "multilingual-en", "multilingual-de"]
 # float32 is row-invariant by the same code and is checked bit for bit in test_row_invariance: here it gets a
 # subset (short and long, English and German, test time), the default compute type gets every clip
-FLOAT32_CLIPS = ["jfk", "0880", "0920", "multilingual-de"]
+FLOAT32_CLIPS = ["jfk", "0880", "multilingual-de"]
 COMBOS = [(task, ts) for task in ("transcribe", "translate") for ts in (True, False)]
 
 

@@ -1,8 +1,9 @@
-"""The torch engine in float32, greedy, decodes exactly the token ids CTranslate2 decodes.
+"""The torch engine in float32 decodes exactly the token ids CTranslate2 decodes: greedy, and beam 5
+(faster-whisper's default: patience 1, length penalty 1).
 
-Same features (faster-whisper's FeatureExtractor), same prompt, same options (beam 1, suppress
--1 expanded as faster-whisper does, suppress_blank, max_initial_timestamp 1 s, max_length 448),
-with and without timestamps; language detection must agree too. Each engine runs its own encoder.
+Same features (faster-whisper's FeatureExtractor), same prompt, same options (suppress -1 expanded as
+faster-whisper does, suppress_blank, max_initial_timestamp 1 s, max_length 448), with and without
+timestamps; language detection must agree too. Each engine runs its own encoder.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def clips(clips_dir):
     return evaluation_windows(clips_dir)
 
 
-def _ct2_generate(fw, spec, encoder_output, request: DecodeRequest, language: str):
+def _ct2_generate(fw, spec, encoder_output, request: DecodeRequest, language: str, beam_size: int = 1):
     from faster_whisper.transcribe import get_suppressed_tokens
 
     tokenizer = spec.tokenizer.for_task(request.task, language)
@@ -49,7 +50,9 @@ def _ct2_generate(fw, spec, encoder_output, request: DecodeRequest, language: st
     result = fw.model.generate(
         encoder_output,
         [prompt],
-        beam_size=1,
+        beam_size=beam_size,
+        patience=1.0,
+        length_penalty=1.0,
         max_length=448,
         return_scores=True,
         return_no_speech_prob=True,
@@ -94,6 +97,24 @@ def test_tokens_match_ctranslate2(engines, clips, name):
             assert any(t >= spec.tokenizer.timestamp_begin for t in ours.tokens)
         else:
             assert not any(t >= spec.tokenizer.timestamp_begin for t in ours.tokens)
+
+
+@pytest.mark.parametrize("name", [n for n in CLIP_NAMES if n != "multilingual-en"])  # its 46 s: test time
+def test_beam_5_matches_ctranslate2(engines, clips, name):
+    spec, fw = engines
+    audio = clips[name]
+    encoded = spec.encode(audio)
+    ct2_out = fw.encode(spec.features(audio))
+    language = "de" if name == "multilingual-de" else "en"
+    for timestamps in (True, False):
+        request = DecodeRequest(language=language, timestamps=timestamps, beam_size=5)
+        ours = spec.decode(encoded, request)
+        ref_tokens = tuple(_ct2_generate(fw, spec, ct2_out, request, language, beam_size=5).sequences_ids[0])
+        assert len(ref_tokens) > 5
+        assert ours.tokens == ref_tokens, (
+            f"{name} timestamps={timestamps} beam 5: first difference at "
+            f"{next((i for i, (a, b) in enumerate(zip(ours.tokens, ref_tokens)) if a != b), min(len(ours.tokens), len(ref_tokens)))}"
+        )
 
 
 def test_translate_and_previous_text_prompt_match(engines, clips):
