@@ -128,7 +128,7 @@ class SubtitleSink:
         if event.type == "final" and event.text:
             self._cue.append(event)
         elif event.type == "line":
-            first = self._cue[0].id or 0 if self._cue else event.id or 0
+            first = (self._cue[0].id or 0) if self._cue else (event.id or 0)
             self._done.append((event.start or 0.0, event.end or 0.0, event.text, first, event.id or 0))
             self._cue = [e for e in self._cue if (e.id or 0) > (event.id or 0)]
         elif event.type == "translation":
