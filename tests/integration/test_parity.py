@@ -41,6 +41,17 @@ def clips(clips_dir):
     return evaluation_windows(clips_dir)
 
 
+_encoded: dict = {}
+
+
+def _encode_both(engines, clips, name):
+    """(ours, CTranslate2's) encoder outputs of a clip, computed once for the greedy and the beam test."""
+    if name not in _encoded:
+        spec, fw = engines
+        _encoded[name] = (spec.encode(clips[name]), fw.encode(spec.features(clips[name])))
+    return _encoded[name]
+
+
 def _ct2_generate(fw, spec, encoder_output, request: DecodeRequest, language: str, beam_size: int = 1):
     from faster_whisper.transcribe import get_suppressed_tokens
 
@@ -66,10 +77,8 @@ def _ct2_generate(fw, spec, encoder_output, request: DecodeRequest, language: st
 @pytest.mark.parametrize("name", CLIP_NAMES)
 def test_tokens_match_ctranslate2(engines, clips, name):
     spec, fw = engines
-    audio = clips[name]
-    assert 0 < len(audio) <= 30 * 16000
-    encoded = spec.encode(audio)
-    ct2_out = fw.encode(spec.features(audio))
+    assert 0 < len(clips[name]) <= 30 * 16000
+    encoded, ct2_out = _encode_both(engines, clips, name)
 
     language, prob = spec.detect_language(encoded)
     ct2_token, ct2_prob = fw.model.detect_language(ct2_out)[0][0]
@@ -102,9 +111,7 @@ def test_tokens_match_ctranslate2(engines, clips, name):
 @pytest.mark.parametrize("name", [n for n in CLIP_NAMES if n != "multilingual-en"])  # its 46 s: test time
 def test_beam_5_matches_ctranslate2(engines, clips, name):
     spec, fw = engines
-    audio = clips[name]
-    encoded = spec.encode(audio)
-    ct2_out = fw.encode(spec.features(audio))
+    encoded, ct2_out = _encode_both(engines, clips, name)
     language = "de" if name == "multilingual-de" else "en"
     for timestamps in (True, False):
         request = DecodeRequest(language=language, timestamps=timestamps, beam_size=5)
@@ -120,9 +127,7 @@ def test_beam_5_matches_ctranslate2(engines, clips, name):
 def test_translate_and_previous_text_prompt_match(engines, clips):
     """The translate task and a <|startofprev|> prompt reach the same tokens too (German half)."""
     spec, fw = engines
-    audio = clips["multilingual-de"]
-    encoded = spec.encode(audio)
-    ct2_out = fw.encode(spec.features(audio))
+    encoded, ct2_out = _encode_both(engines, clips, "multilingual-de")
     previous = spec.encode_text(" Permission is hereby granted, free of charge.")
     request = DecodeRequest(task="translate", language="de", timestamps=True, prompt_tokens=previous)
     ours = spec.decode(encoded, request)
