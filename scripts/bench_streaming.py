@@ -122,16 +122,58 @@ async def simulate(transcriber, audio: np.ndarray, options: StreamOptions, chunk
     return events
 
 
-def word_latencies(events, ref_words) -> tuple[list[float], list[float], list[float]]:
-    """(partial latencies, final latencies, reference end times of the matched words)."""
+def commit_kinds(events) -> dict[int, str]:
+    """How each final (by id) was committed: "pause" when it comes with the VAD's speech end (the
+    utterance's last hypothesis, after the VAD hangover), "held" for words a pause held back and committed
+    later (pipeline/session.py _release_held), else "agreement" (two hypotheses agreed, LocalAgreement)."""
+    marks = [e for e in events if e.type in ("final", "speech_start", "speech_end")]
+    kinds, last_end = {}, None
+    for i, e in enumerate(marks):
+        if e.type == "speech_end":
+            last_end = e.end
+        if e.type != "final":
+            continue
+        nxt = next((m for m in marks[i + 1 :] if m.type != "final"), None)
+        with_end = nxt is not None and nxt.type == "speech_end" and nxt.emitted_at - e.emitted_at < 0.05
+        if with_end:
+            kinds[e.id] = "pause"
+        elif last_end is not None and e.start < last_end:
+            kinds[e.id] = "held"  # words from before the last speech end, committed after it
+        else:
+            kinds[e.id] = "agreement"
+    return kinds
+
+
+def latency_breakdown(events, p_lat, f_lat, matched) -> dict:
+    """Where a word's final latency goes: until it is first shown (waiting for an update, then its decode),
+    then until it is final (agreement), by how its final was committed; and model seconds per update."""
+    kinds = commit_kinds(events)
+    finals = [kinds[e.id] for e in events if e.type == "final" for _ in e.words]
+    by_kind = {}
+    for kind in ("agreement", "pause", "held"):
+        lat = [f for f, i in zip(f_lat, matched) if finals[i] == kind]
+        by_kind[kind] = {"share": round(len(lat) / len(f_lat), 3) if f_lat else None, "final_median": pct(lat, 50)}
+    stats = next(e.stats for e in events if e.type == "stats")
+    return {
+        "shown_median": pct(p_lat, 50),
+        "shown_to_final_median": pct([f - p for f, p in zip(f_lat, p_lat)], 50),
+        "by_commit": by_kind,
+        "model_s_per_update": round(stats["compute_s"] / stats["updates"], 3) if stats.get("updates") else None,
+    }
+
+
+def word_latencies(events, ref_words) -> tuple[list[float], list[float], list[float], list[int]]:
+    """(partial latencies, final latencies, reference end times of the matched words, their indices among
+    the finals' words)."""
     finals = [(w, e.emitted_at) for e in events if e.type == "final" for w in e.words]
     partials = [(w, e.emitted_at) for e in events if e.type == "partial" for w in e.words]
     a = [norm(w.text) for w in ref_words]
     b = [norm(w.text) for w, _ in finals]
     matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
-    p_lat, f_lat, ends = [], [], []
+    p_lat, f_lat, ends, index = [], [], [], []
     for block in matcher.get_matching_blocks():
         for k in range(block.size):
+            index.append(block.b + k)
             ref = ref_words[block.a + k]
             word, final_at = finals[block.b + k]
             first = final_at
@@ -141,7 +183,7 @@ def word_latencies(events, ref_words) -> tuple[list[float], list[float], list[fl
             f_lat.append(final_at - ref.end)
             p_lat.append(first - ref.end)
             ends.append(ref.end)
-    return p_lat, f_lat, ends
+    return p_lat, f_lat, ends, index
 
 
 def line_figures(events) -> dict:
@@ -181,7 +223,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args) -> dict:
         wall = time.perf_counter() - t0
         charged = wall if args.charge == "wall" else (time.process_time() - c0) / args.threads
         stats = next(e.stats for e in events if e.type == "stats")
-        p_lat, f_lat, ends = word_latencies(events, refs[name])
+        p_lat, f_lat, ends, matched = word_latencies(events, refs[name])
         all_p += p_lat
         all_f += f_lat
         clip = {
@@ -194,6 +236,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args) -> dict:
             "translations": sum(1 for e in events if e.type == "translation"),
             "wer_vs_batch": round(wer(" ".join(w.text for w in refs[name]), final_text(events)), 4),
             "caption_lines": line_figures(events),
+            "latency_breakdown": latency_breakdown(events, p_lat, f_lat, matched),
         }
         wers.append(clip["wer_vs_batch"])
         if audio.size / SAMPLE_RATE > 60 and f_lat:  # flatness over the long lecture
