@@ -8,15 +8,17 @@ captions as lines, so each session also groups its finals into lines and says wh
 - at a pause: `pause` seconds of silence after its last word (nothing held back), or a gap as long
   before the next final;
 - before a final that would not fit (`max_chars`, `max_seconds`) or is in another language.
-A final is never split: one longer than a line is a line of its own. The page, `live`'s terminal
+A final is never split across lines; the session cuts a long commit into several finals instead
+(`LineBreaker.split`: after each sentence end, before a line's length). The page, `live`'s terminal
 and its SRT/VTT files show these lines; batch transcripts keep Whisper's segments.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
+from specscribe.models.types import Word
 from specscribe.pipeline.policy import SENTENCE_END
 
 if TYPE_CHECKING:  # pipeline/types.py imports LineOptions from here
@@ -96,6 +98,21 @@ class LineBreaker:
         if self._finals and now - (self._finals[-1].end or 0.0) >= self.options.pause:
             return self.flush()
         return []
+
+    def split(self, words: Sequence[Word], language: str | None) -> list[tuple[Word, ...]]:
+        """A commit's words as finals: cut after a sentence end that more words follow, and before a word
+        that would take the final past a line; so lines can end where sentences do, and no final outgrows
+        a line (one word longer than a line stays whole)."""
+        limit, pieces, piece = self._limit(language), [], []
+        for word in words:
+            if piece and len("".join(w.text for w in piece + [word]).strip()) > limit:
+                pieces.append(tuple(piece))
+                piece = []
+            piece.append(word)
+            if _ends_with(word.text, SENTENCE_END):
+                pieces.append(tuple(piece))
+                piece = []
+        return pieces + ([tuple(piece)] if piece else [])
 
     def flush(self) -> list[CaptionLine]:
         """A pause or the stream's end: the open line, if any, ends."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from typing import Callable
 
@@ -300,9 +301,9 @@ class StreamSession:
                 self._set_draft(hyp, start_s, update.buffer_start)
         if update is None:
             return heard
-        alternatives = ()
+        alternatives = None  # a final's n-best texts, from its span of this decode's hypotheses
         if hyp is not None and self.options.n_best > 1:
-            alternatives = final_alternatives(hyp.words, hyp.alternatives, update.committed, self.options.n_best)
+            alternatives = functools.partial(final_alternatives, hyp.words, hyp.alternatives, limit=self.options.n_best)
         events = heard + self._emit(update, end, final, alternatives, hyp.language if hyp else None)
         if not final:
             events += await self._translate_group(force=False)
@@ -324,16 +325,17 @@ class StreamSession:
             return self._policy.finish(words, reset)
         return self._policy.pause(words)
 
-    def _emit(self, update, end: int, final: bool, alternatives: tuple[str, ...] = (),
+    def _emit(self, update, end: int, final: bool, alternatives: Callable | None = None,
               language: str | None = None) -> list[CaptionEvent]:
-        """The final and partial events of a policy update (end: the decoded audio's end, ring offset)."""
+        """The final and partial events of a policy update (end: the decoded audio's end, ring offset). A
+        commit is one final, or several where it holds a sentence end or outgrows a line (LineBreaker.split)."""
         events: list[CaptionEvent] = []
         if update.committed:
-            words = update.committed
-            text = "".join(w.text for w in words).strip()
             self._text_language = language or self.language
-            final = self._event("final", id=self._final_id, start=words[0].start, end=words[-1].end, text=text,
-                                words=words, alternatives=alternatives, language=self._text_language)
+        for words in self._lines.split(update.committed, self._text_language):
+            text = "".join(w.text for w in words).strip()
+            final = self._event("final", id=self._final_id, start=words[0].start, end=words[-1].end, text=text, words=words,
+                                alternatives=alternatives(words) if alternatives else (), language=self._text_language)
             lines = self._lines.add(final)  # a line this final does not fit ends before it
             events += self._line_events([ln for ln in lines if ln.last_id < final.id]) + [final]
             events += self._line_events([ln for ln in lines if ln.last_id == final.id])

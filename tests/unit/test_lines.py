@@ -2,6 +2,7 @@
 
 import pytest
 
+from specscribe.models.types import Word
 from specscribe.pipeline.lines import LineBreaker, LineOptions, join_texts
 from specscribe.pipeline.types import CaptionEvent
 
@@ -107,3 +108,15 @@ def test_line_times_span_their_finals():
 def test_options_are_checked():
     with pytest.raises(ValueError, match="positive"):
         LineOptions(max_chars=0)
+
+
+def _words(text: str) -> list[Word]:
+    return [Word(i * 0.3, i * 0.3 + 0.25, " " + t) for i, t in enumerate(text.split())]
+
+
+def test_a_commit_is_cut_into_finals_after_sentence_ends_and_before_a_line_is_full():
+    b = LineBreaker(LineOptions(max_chars=24))
+    pieces = b.split(_words("Ask not. What your country can do for you, ask"), "en")
+    assert ["".join(w.text for w in p).strip() for p in pieces] == ["Ask not.", "What your country can do", "for you, ask"]
+    assert b.split([], "en") == []
+    assert [len(p) for p in b.split(_words("Supercalifragilisticexpialidocious-ly yes"), "en")] == [1, 1]

@@ -354,6 +354,16 @@ def test_a_long_run_without_sentence_ends_is_cut_by_length_and_duration():
     assert max(len(t) for t in lines) <= 84 and max(spans) <= 7.0
 
 
+def test_a_long_commit_is_cut_into_finals_at_sentence_ends():
+    """No update inside the utterance (a long interval): it is all committed at its speech end, as
+    several finals, so that its lines can still end where its sentences do."""
+    script = make_script(20, start=1.0, sentence_every=5)
+    events, _ = run_session(noise(12), script, StreamOptions(update_interval=60.0), intervals=[(1.0, 9.95)])
+    finals = [e.text for e in events if e.type == "final"]
+    assert finals == [" ".join(w for w, _, _ in script[i : i + 5]) for i in range(0, 20, 5)]
+    assert check_lines(events) == finals
+
+
 def test_a_pause_ends_the_line_when_nothing_is_held():
     script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
     script += [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=4.5))]
