@@ -36,7 +36,7 @@ import torch
 
 from specscribe.models.interfaces import DecoderSession, LogitRules
 from specscribe.models.types import SpecStats
-from specscribe.models.speculative import SpecOptions, SpecResult, StatsCounter
+from specscribe.models.speculative import SpecOptions, SpecResult, StatsCounter, pending_part
 from specscribe.models.whisper import PassPart
 
 
@@ -102,6 +102,7 @@ class _Group:
         self.row_logits: torch.Tensor | None = None
         self.stats = StatsCounter()
         self._spare: list[DecoderSession] = []
+        self._parts: list[PassPart] = []  # the planned pass' parts, one per live hypothesis
         self._closed = False
 
     # ---- the decode protocol ----
@@ -117,24 +118,17 @@ class _Group:
         return 0
 
     def plan(self, max_drafts: int | None = None) -> list[PassPart]:
-        parts = []
-        for h in self.live:
-            start, first = h.session.length, len(h.pending) - 1
-            keep = self.options.keep_prompt_row
-            if keep is not None and start <= keep < start + len(h.pending):
-                first = min(first, keep - start)
-            prompt_rows = len(h.pending) if start < len(self.prompt) else 0
-            parts.append(PassPart(h.session, list(h.pending), logits_from=first, prompt_rows=prompt_rows))
-        return parts
+        self._parts = [pending_part(h.session, h.pending, len(self.prompt), self.options.keep_prompt_row)
+                       for h in self.live]
+        return self._parts
 
     def consume(self, logits: Sequence[torch.Tensor], pass_ms: float) -> None:
         t0 = self.clock()
         keep = self.options.keep_prompt_row
-        for h, out in zip(self.live, logits):
-            start = h.session.length - len(h.pending)
-            if keep is not None and start <= keep < start + len(h.pending):
-                first = min(len(h.pending) - 1, keep - start)
-                self.row_logits = out[keep - start - first].clone()
+        for part, out in zip(self._parts, logits):
+            start = part.session.length - len(part.tokens)  # the cache length before the pass
+            if keep is not None and start <= keep < start + len(part.tokens):
+                self.row_logits = out[keep - start - part.logits_from].clone()
         rows = [self.rules.apply(out[-1].clone(), h.tokens) for h, out in zip(self.live, logits)]  # (V,) each
         self._advance(rows)
         self.stats.passes += 1

@@ -240,13 +240,10 @@ class SpecSequence:
             draft = Draft(tuple(draft.tokens[:k]), None if draft.probs is None else draft.probs[:k])
             self.propose_ms = (self.clock() - t0) * 1e3
         self.draft = draft
-        opts, start, pending = self.options, self.target.length, self.pending
-        first = len(pending) - 1  # the head runs from here (and from the kept prompt row)
-        if opts.keep_prompt_row is not None and start <= opts.keep_prompt_row < start + len(pending):
-            first = min(first, opts.keep_prompt_row - start)
-        self._first = first
-        prompt_rows = len(pending) if start < len(self.prompt) else 0  # the prompt attends as one group
-        return [PassPart(self.target, pending + list(draft.tokens), logits_from=first, prompt_rows=prompt_rows)]
+        part = pending_part(self.target, self.pending, len(self.prompt), self.options.keep_prompt_row)
+        self._first = part.logits_from
+        return [PassPart(self.target, part.tokens + list(draft.tokens), logits_from=part.logits_from,
+                         prompt_rows=part.prompt_rows)]
 
     def consume(self, outputs: Sequence[torch.Tensor], pass_ms: float) -> None:
         """outputs: per planned part, its rows' logits (from logits_from on). pass_ms: what the pass
@@ -291,6 +288,16 @@ class SpecSequence:
             self.drafter.finish()
             self.drafter = None
         return SpecResult(tuple(self.generated), tuple(self.logprobs), self.finished, self.row_logits, self.stats.freeze())
+
+
+def pending_part(session: DecoderSession, pending: list[int], prompt_len: int, keep_prompt_row: int | None) -> PassPart:
+    """A sequence's pending tokens as its part of the next pass: the output head runs on the last row,
+    and from the kept prompt row (no_speech_prob) when that row is among them; a prompt attends as one group."""
+    start, first = session.length, len(pending) - 1
+    if keep_prompt_row is not None and start <= keep_prompt_row < start + len(pending):
+        first = min(first, keep_prompt_row - start)
+    prompt_rows = len(pending) if start < prompt_len else 0
+    return PassPart(session, list(pending), logits_from=first, prompt_rows=prompt_rows)
 
 
 def run_alone(seq: SpecSequence) -> SpecResult:
