@@ -26,6 +26,7 @@ from starlette.routing import Route
 from specscribe.models.engines import Transcriber
 from specscribe.pipeline.audio import AudioError, load_audio
 from specscribe.pipeline.writers import alternatives_json
+from specscribe.web.protocol import MAX_BEAM, MAX_HOTWORDS
 from specscribe.web.security import key_ok, origin_ok
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -211,8 +212,6 @@ class RestApi:
                 self.scheduler.forget(job_id)  # the scheduler keeps nothing of a finished request
 
 
-MAX_BEAM = 8  # beams and samples are rows of every target pass: a bound on what one request may cost
-
 _SEARCH_FIELDS = {  # form field: (type, lowest, highest)
     "beam_size": (int, 1, MAX_BEAM), "best_of": (int, 1, MAX_BEAM), "n_best": (int, 1, MAX_BEAM),
     "patience": (float, 0.1, 10.0), "length_penalty": (float, 0.0, 10.0),
@@ -236,8 +235,8 @@ def search_options(fields: dict[str, Any]) -> dict[str, Any]:
     if out.get("n_best", 1) > out.get("beam_size", 1):
         raise ApiError(400, "n_best needs a beam_size at least as large (the alternatives are beams)", "n_best")
     hotwords = (fields.get("hotwords") or "").strip()
-    if len(hotwords) > 500:
-        raise ApiError(400, "hotwords must be at most 500 characters", "hotwords")
+    if len(hotwords) > MAX_HOTWORDS:
+        raise ApiError(400, f"hotwords must be at most {MAX_HOTWORDS} characters", "hotwords")
     if hotwords:
         out["hotwords"] = hotwords
     multilingual = (fields.get("multilingual") or "").strip().lower()

@@ -27,7 +27,7 @@ MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8_000, 192_000
 MAX_CHANNELS = 8
 MAX_TEXT_FRAME = 4096  # bytes: no control or config message is longer
 CONTROL_TYPES = ("finalize", "close", "keepalive")
-MAX_BEAM = 8  # beam_size and alternatives: each beam is a row of every target pass of the session
+MAX_BEAM = 8  # beam_size, alternatives (and REST's best_of, n_best): each is a row of every target pass
 MAX_HOTWORDS = 500  # characters
 
 
