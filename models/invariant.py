@@ -101,9 +101,7 @@ def attend(
 
     invariant=False: one call over all T rows and L keys (fastest; the kernel depends on T).
     invariant=True: rows [0, group) in one call over the keys the group's last row reads; every
-    later row as its own query of one row over its own key length (rows with the same length
-    share a call as a batch of single-row queries over stride-0 expanded keys, which gives each
-    the same bits as a call of its own).
+    later row as its own call, a query of one row over its own key length.
     """
     if not invariant:
         out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask)  # (1, H, T, Dh)
@@ -115,13 +113,11 @@ def attend(
         n = lengths[group - 1]
         m = None if mask is None else mask[:group, :n]
         out[:group] = attend(q[:group], keys[:, :, :n], values[:, :, :n], m, invariant=False)
-    i = group
-    while i < t:
-        n, j = lengths[i], i + 1
-        while j < t and lengths[j] == n:
-            j += 1
-        m = None if mask is None else mask[i:j, None, None, :n]  # (j - i, 1, 1, n)
-        k, v = keys[:, :, :n].expand(j - i, -1, -1, -1), values[:, :, :n].expand(j - i, -1, -1, -1)
-        out[i:j] = F.scaled_dot_product_attention(q[i:j, :, None], k, v, attn_mask=m)[:, :, 0]  # (j - i, H, Dh)
-        i = j
+    for i in range(group, t):
+        # one call per row: batching single-row queries (stride-0 expanded keys) is not row-invariant
+        # everywhere (torch's CPU flash kernel, float32, on an AMD EPYC), and costs about the same
+        n = lengths[i]
+        m = None if mask is None else mask[i : i + 1, :n]  # (1, n)
+        out[i] = F.scaled_dot_product_attention(q[i : i + 1].transpose(0, 1)[None], keys[:, :, :n], values[:, :, :n],
+                                                attn_mask=m)[0, :, 0]  # (H, Dh)
     return out
