@@ -1,4 +1,5 @@
-"""`specscribe clips install|path`: the real speech clips used by the demo, tests and benchmarks."""
+"""`specscribe clips install|path|conversations`: the real speech clips used by the demo, tests and
+benchmarks, and the synthesized conversational set (specscribe/conversations.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     csub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     csub.add_parser("install", help="fetch the clips (idempotent)").set_defaults(func=lambda a: _install())
     csub.add_parser("path", help="print the clips folder").set_defaults(func=lambda a: _path())
+    csub.add_parser(
+        "conversations", help="synthesize the conversational evaluation set with espeak-ng (idempotent)"
+    ).set_defaults(func=lambda a: _conversations())
 
 
 def _path() -> int:
@@ -23,4 +27,17 @@ def _install() -> int:
     from specscribe import clips
 
     clips.install_clips()
+    return 0
+
+
+def _conversations() -> int:
+    import sys
+
+    from specscribe import conversations
+
+    try:
+        conversations.build_conversations()
+    except RuntimeError as exc:  # espeak-ng missing
+        print(f"specscribe clips conversations: {exc}", file=sys.stderr)
+        return 1
     return 0
