@@ -13,8 +13,10 @@ LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRPro
   (an utterance's first seconds) only the time rule counts: on so little audio Whisper's guesses
   agree three times too ("How do you marry the more" for "Had he married a more");
 - committed text is append-only: it is never rewritten, only extended;
-- the buffer start moves to the end of the last committed sentence (or, past `trim_after`
-  seconds, the last committed word), so the decoded span stays short and latency flat;
+- the buffer start moves to the end of the last committed sentence that leaves `keep_context` seconds
+  before the uncommitted words (or, past `trim_after` seconds, the last committed word), so the decoded
+  span stays bounded and latency flat; the context kept is decoded again (and dropped by `_new_words`)
+  because Whisper hears a short turn much better after the ones before it;
 - past `max_buffer` seconds the hypothesis is committed by force, so the buffer stays bounded;
 - at a pause (a VAD speech end) the hypothesis is committed up to its first unsure word; the unsure
   rest waits for the speech after the pause (Whisper often hears a word right only with what follows:
@@ -76,6 +78,8 @@ class LocalAgreementOptions:
             the buffer holds at least short_window seconds ...
         confident_after: ... or once it ends this many seconds before the end of the audio.
         short_window: see agree_thrice.
+        keep_context: a sentence-end trim leaves at least this many seconds of committed audio before the
+            first uncommitted word (or the audio's end); 0 cuts at the last committed sentence end.
     """
 
     trim_after: float = 12.0
@@ -86,6 +90,7 @@ class LocalAgreementOptions:
     agree_thrice: bool = True
     short_window: float = 3.0
     confident_after: float = 3.0
+    keep_context: float = 0.0
 
 
 class StreamingPolicy(Protocol):
@@ -230,11 +235,12 @@ class LocalAgreement:
         if not self._in_buffer:
             return
         limit = self._previous[0].start - self.options.min_trim_gap if self._previous else float("inf")
+        context_end = min(limit, self.audio_end) - self.options.keep_context  # a sentence cut keeps this much
         cut = None
         for w in self._in_buffer:
             if w.end > limit:
                 break
-            if w.text.strip().endswith(SENTENCE_END):
+            if w.text.strip().endswith(SENTENCE_END) and w.end <= context_end:
                 cut = w.end
         if cut is None and self.audio_end - self.buffer_start > min(self.options.trim_after, self.options.max_buffer):
             fits = [w.end for w in self._in_buffer if w.end <= limit]

@@ -11,10 +11,7 @@ One update: encode the uncommitted buffer once (plus `encoder_pad` seconds, not 
 previous hypothesis as the speculative draft), align words, let the policy commit the words the
 last two hypotheses agree on (`final` events) and show the rest (`partial`). Silence is never
 decoded: without VAD speech the buffer is dropped. A speech end commits the utterance. With
-`translate`, committed finals are grouped up to a sentence end (or an utterance end) and that span
-is encoded and decoded with Whisper's translate task (for English speech with the group's transcript as
-the draft); the `translation` event carries the id of the last final of the group (it covers every final
-after the previous translation).
+`translate`, committed finals are translated a group at a time in the background (pipeline/translations.py).
 """
 
 from __future__ import annotations
@@ -27,19 +24,19 @@ from typing import Callable
 
 import numpy as np
 
-from specscribe.models.types import DecodeRequest, SpecStats, Word
+from specscribe.models.types import DecodeRequest, SpecStats
 from specscribe.pipeline.alternatives import final_alternatives
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.language import LanguageOptions, LanguageTracker
 from specscribe.pipeline.lines import CaptionLine, LineBreaker
-from specscribe.pipeline.policy import SENTENCE_END, LocalAgreement, LocalAgreementOptions, StreamingPolicy
+from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
 from specscribe.pipeline.scheduler import ModelScheduler, Priority
-from specscribe.pipeline.stream_jobs import Hypothesis, max_tokens_for, transcribe_job, translate_job
+from specscribe.pipeline.stream_jobs import Hypothesis, max_tokens_for, transcribe_job
+from specscribe.pipeline.translations import Translations
 from specscribe.pipeline.types import CaptionEvent, StreamOptions
 from specscribe.pipeline.vad import NoVad, SileroVad, VadEvent, VadOptions
 
-TRANSLATE_MAX_SPAN = 10.0  # seconds of finals translated together at most
 MIN_WINDOW = 1.0  # seconds: shorter windows are not decoded (Whisper guesses on them)
 MIN_WINDOW_SPEECH = 0.25  # seconds of VAD speech a window needs to be decoded (else it is silence)
 CONTEXT_GAP = 2.0  # seconds of silence after which the last utterance's audio stops being context
@@ -67,7 +64,9 @@ class StreamSession:
             vad_opts = VadOptions(options.vad_threshold, None, options.min_speech, options.min_silence)
             vad = SileroVad(vad_opts) if options.vad else NoVad()
         self._vad = vad
-        self._policy = policy or LocalAgreement(LocalAgreementOptions(options.trim_after, options.max_buffer))
+        self._policy = policy or LocalAgreement(
+            LocalAgreementOptions(options.trim_after, options.max_buffer, keep_context=options.keep_context)
+        )
         self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))
         self._pending: collections.deque[np.ndarray] = collections.deque()
         self._pending_n = 0
@@ -76,6 +75,8 @@ class StreamSession:
         self._in_speech = False
         self._speech_end = -(10**12)  # ring offset where the last utterance ended
         self._last_update = 0  # ring offset of the last decode update
+        self._decoded_to = -1  # ring offset where the last decoded audio ended
+        self._paused = False  # this utterance's pause (options.pause_commit) was committed
         # the language: given, or tracked over the stream's decodes (pipeline/language.py)
         self._tracker = None if options.language else LanguageTracker(LanguageOptions(allowed=options.languages))
         self._utterance_start = 0  # ring offset where the current utterance began
@@ -85,11 +86,10 @@ class StreamSession:
         self._last_partial = ""
         self._final_id = 0
         self._lines = LineBreaker(options.lines)  # finals grouped into caption lines (`line` events)
-        self._group: list[tuple[int, tuple[Word, ...]]] = []  # finals waiting for translation
-        self._last_translation = ""
-        self._translating: asyncio.Task | None = None  # the newest translation; each awaits the one before
-        self._translated: list[CaptionEvent] = []  # translation events not yet returned
-        self._translated_until = 0.0
+        self._translations = None  # committed finals, translated a group at a time (pipeline/translations.py)
+        if options.translate and options.task == "transcribe":
+            self._translations = Translations(scheduler, session_id, options.encoder_pad, options.draft, self._event,
+                                              functools.partial(self._account, counter="translations"))
         self._stats = SpecStats()
         self._counts = collections.Counter()
         self._model_s0 = scheduler.model_seconds(session_id)  # a connection's sessions share its id
@@ -132,10 +132,9 @@ class StreamSession:
             if self._in_speech:  # StreamOptions.vad=False, or a VAD that stays open
                 events += await self._end_utterance(self._ring.end, reset=True)
             events += await self._release_held()
-            events += await self._translate_group(force=True)
-            if self._translating is not None:
-                await self._translating
-            events += self._collect_translations()
+            self._translate(force=True)
+            if self._translations is not None:
+                events += await self._translations.drain()
             self._finished = True
             events.append(self._event("stats", stats=self.stats()))
             return events
@@ -187,8 +186,11 @@ class StreamSession:
                 # under load, updates come further apart (pipeline/load.py)
                 interval = self.options.update_interval * self.scheduler.load.update_factor
                 due = self._ring.end - self._last_update >= interval * SAMPLE_RATE
+                if self._pause_due():  # commit as at the utterance's end, before the VAD ends it
+                    self._paused = True
+                    events += await self._update(final=True, end=self._ring.end, reset=False)
                 # a pause inside an utterance adds nothing to decode: wait for speech (or its end)
-                if due and self._vad.speech_seconds(self._last_update, self._ring.end) > 0:
+                elif due and self._vad.speech_seconds(self._last_update, self._ring.end) > 0:
                     events += await self._update(final=False, end=self._ring.end)
             elif self._ring.end - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:
                 events += await self._release_held()  # the pause became an end
@@ -196,7 +198,15 @@ class StreamSession:
             elif not self._policy.partial:  # a pause with nothing held back: the line may end
                 events += self._line_events(self._lines.idle(self._ring.end / SAMPLE_RATE))
             self._trim_ring()
-        return events + self._collect_translations()
+        return events + (self._translations.collect() if self._translations is not None else [])
+
+    def _pause_due(self) -> bool:
+        """options.pause_commit seconds of silence after this utterance's speech, not yet committed."""
+        pause = self.options.pause_commit
+        if pause is None or self._vad.silence_seconds < pause:
+            self._paused = self._paused and self._vad.silence_seconds > 0  # speech again: a new pause may come
+            return False
+        return not self._paused
 
     def _reach_back(self) -> int:
         """The earliest offset a speech start found in the next audio may need."""
@@ -206,8 +216,9 @@ class StreamSession:
         keep = int(self._policy.window()[0] * SAMPLE_RATE) - self._pad
         if not self._in_speech:
             keep = min(keep, self._reach_back())
-        if self._group:
-            keep = min(keep, int(self._group[0][1][0].start * SAMPLE_RATE) - self._pad)
+        needed = self._translations.needed_from if self._translations is not None else None
+        if needed is not None:
+            keep = min(keep, int(needed * SAMPLE_RATE) - self._pad)
         self._ring.trim(keep)
 
     async def _on_vad(self, ev: VadEvent) -> list[CaptionEvent]:
@@ -236,7 +247,8 @@ class StreamSession:
         events = await self._update(final=True, end=end, reset=reset)
         self._in_speech = False
         self._speech_end = end
-        return events + await self._translate_group(force=True)
+        self._translate(force=True)
+        return events
 
     async def _release_held(self) -> list[CaptionEvent]:
         """Commit the unsure words a pause held back (no speech came to decide them); the open line ends."""
@@ -245,7 +257,16 @@ class StreamSession:
         events = []
         if self._policy.partial:
             events = self._emit(self._policy.finish(self._policy.partial, reset=False), self._speech_end, final=True)
-        return events + self._line_events(self._lines.flush()) + await self._translate_group(force=True)
+        self._translate(force=True)
+        return events + self._line_events(self._lines.flush())
+
+    def _own_start(self, start_s: float) -> float:
+        """A window start (seconds) past the committed context: this utterance's start, or the first pending
+        word's where one is older (words held over a pause stay in the window)."""
+        own = self._utterance_start / SAMPLE_RATE
+        if self._policy.partial:
+            own = min(own, self._policy.partial[0].start)
+        return max(start_s, own)
 
     def _decode_language(self) -> str | None:
         return self.options.language or (self._tracker.decode_language if self._tracker else None)
@@ -266,6 +287,9 @@ class StreamSession:
         start_s, prompt = self._policy.window()
         if self._text_language not in (None, self._decode_language()):
             prompt = ""  # text in another language would pull the decode into it (or into translating)
+            start_s = self._own_start(start_s)  # and so would its audio (keep_context)
+        elif self._tracker is not None and self._tracker.needs_detection:
+            start_s = self._own_start(start_s)  # the detector hears this utterance, not the context before it
         start = max(int(round(start_s * SAMPLE_RATE)), self._ring.start)
         self._last_update = end
         hyp: Hypothesis | None = None
@@ -276,6 +300,10 @@ class StreamSession:
             # silence only (e.g. the pause after a committed sentence): decoding it would only
             # echo the prompt back, so it is not decoded at all
             update = self._end((), reset) if final else None
+        elif final and self._decoded_to > start and self._vad.speech_seconds(min(self._decoded_to, end), end) == 0:
+            # no speech since the last decode (a pause commit, or an update past the speech's end): its
+            # hypothesis heard all of this utterance, so it is the last one; decoding again adds silence only
+            update = self._end(self._policy.partial, reset)
         else:
             audio = self._ring.read(start, end)  # (end - start,)
             seconds = audio.size / SAMPLE_RATE
@@ -285,6 +313,7 @@ class StreamSession:
                                  self.options.encoder_pad, detect, self.options.languages)
             priority = Priority.FINAL if final else Priority.UPDATE
             hyp = await self.scheduler.run(self.session_id, job, priority)
+            self._decoded_to = end
             self._account(hyp.stats, "updates")
             if hyp.rejected:
                 self._counts["rejected"] += 1
@@ -306,7 +335,7 @@ class StreamSession:
             alternatives = functools.partial(final_alternatives, hyp.words, hyp.alternatives, limit=self.options.n_best)
         events = heard + self._emit(update, end, final, alternatives, hyp.language if hyp else None)
         if not final:
-            events += await self._translate_group(force=False)
+            self._translate(force=False)
         return events
 
     def _observe_language(self, probs: dict[str, float], start: int, end: int) -> list[CaptionEvent]:
@@ -339,7 +368,8 @@ class StreamSession:
             lines = self._lines.add(final)  # a line this final does not fit ends before it
             events += self._line_events([ln for ln in lines if ln.last_id < final.id]) + [final]
             events += self._line_events([ln for ln in lines if ln.last_id == final.id])
-            self._group.append((self._final_id, words))
+            if self._translations is not None:
+                self._translations.add(self._final_id, words)
             self._final_id += 1
         partial = "".join(w.text for w in update.partial).strip()
         if self.options.interim_results and partial != self._last_partial:
@@ -367,49 +397,9 @@ class StreamSession:
         self._stats = self._stats + stats
         self._counts[counter] += 1
 
-    def _collect_translations(self) -> list[CaptionEvent]:
-        """Translation events finished since the last call (a failed translation raises here)."""
-        task = self._translating
-        if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()
-        events, self._translated = self._translated, []
-        return events
-
-    async def _translate_group(self, force: bool) -> list[CaptionEvent]:
-        """Start translating the finals grouped so far, when due. It runs beside the next updates (their
-        decodes can share passes); its event comes back from a later process() or from finish()."""
-        if not (self.options.translate and self.options.task == "transcribe") or not self._group:
-            return []
-        first, last = self._group[0][1][0], self._group[-1][1][-1]
-        sentence_end = last.text.strip().endswith(SENTENCE_END) and self.scheduler.load.translate_early
-        if not (force or sentence_end or last.end - first.start > TRANSLATE_MAX_SPAN):
-            return []
-        group, self._group = self._group, []
-        # pad the span, but not into the neighbouring words (the last translated, the next partial)
-        nxt = self._policy.partial[0].start if self._policy.partial else float("inf")
-        start = max(int(max(first.start - 0.1, self._translated_until) * SAMPLE_RATE), self._ring.start)
-        end = min(int(min(last.end + 0.2, nxt) * SAMPLE_RATE), self._ring.end)
-        self._translated_until = last.end
-        if end - start > 30 * SAMPLE_RATE:
-            start = end - 30 * SAMPLE_RATE
-        request = DecodeRequest(
-            task="translate", language=self.language, timestamps=False, max_new_tokens=max_tokens_for((end - start) / SAMPLE_RATE)
-        )
-        # English speech "translated" to English is (nearly) its transcript: draft it, the target verifies
-        english = self.language == "en" and self.options.draft
-        draft = "".join(w.text for _, words in group for w in words) if english else ""
-        audio, before = self._ring.read(start, end), self._translating
-
-        async def translate() -> None:
-            if before is not None:
-                await before  # in order: each translation's prompt is the previous one's text
-            job = translate_job(audio, request, self._last_translation[-200:], self.options.encoder_pad, draft)
-            tr = await self.scheduler.run(self.session_id, job, Priority.BACKGROUND)
-            self._account(tr.stats, "translations")
-            if tr.text:
-                self._last_translation = tr.text
-                self._translated.append(self._event("translation", id=group[-1][0], start=first.start, end=last.end, text=tr.text))
-
-        self._translating = asyncio.ensure_future(translate())
-        return []
-
+    def _translate(self, force: bool) -> None:
+        """Start translating the finals grouped so far, when due (pipeline/translations.py); its event comes
+        back from a later process() or from finish()."""
+        if self._translations is not None:
+            nxt = self._policy.partial[0].start if self._policy.partial else float("inf")
+            self._translations.start(force, self._ring, self.language, nxt)

@@ -91,7 +91,9 @@ class StreamOptions:
         min_speech: seconds of VAD speech before an utterance starts (filters clicks).
         speech_pad: seconds of audio kept before a speech start and after a speech end.
         trim_after: uncommitted seconds past which the buffer is cut at the last committed word
-            (it is always cut at committed sentence ends).
+            (it is always cut at committed sentence ends that leave keep_context seconds).
+        keep_context: seconds of committed audio the buffer keeps before the uncommitted words when it
+            is cut at a sentence end: Whisper hears short turns better with the turns before them.
         vad: gate decoding with the VAD; False decodes all audio (for tests and benchmarks).
         encoder_pad: seconds of padding after the audio in the encoder's input: each update
             encodes buffer + pad instead of Whisper's full 30 s window (several times cheaper for
@@ -103,6 +105,9 @@ class StreamOptions:
         hold_unsure: at a pause (a speech end), words the model is unsure of stay partial until the
             speech after the pause confirms or corrects them, or the pause lasts 2 s (session.py
             CONTEXT_GAP); False commits an utterance's whole last hypothesis at its end.
+        pause_commit: seconds of VAD silence after speech at which the hypothesis is committed up to
+            its first unsure word, as at an utterance end but before the `min_silence` that ends it
+            (None: wait for the end).
         lines: where finals are grouped into caption lines (`line` events).
     """
 
@@ -119,10 +124,12 @@ class StreamOptions:
     min_speech: float = 0.1
     speech_pad: float = 0.3
     trim_after: float = 12.0
+    keep_context: float = 8.0
     vad: bool = True
     encoder_pad: float = 5.0
     hold_unsure: bool = True
     beam_size: int = 1
     n_best: int = 1
     hotwords: str = ""
+    pause_commit: float | None = None
     lines: LineOptions = LineOptions()

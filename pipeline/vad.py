@@ -127,6 +127,11 @@ class SileroVad:
             del self._speech_frames[:-2048]
         return events
 
+    @property
+    def silence_seconds(self) -> float:
+        """Seconds of silence since the last speech frame, while speech is open (0 outside speech)."""
+        return self._silence * FRAME / SAMPLE_RATE if self.in_speech else 0.0
+
     def speech_seconds(self, start: int, end: int) -> float:
         """Seconds of speech frames (at or above threshold) starting in [start, end) (recent audio)."""
         lo = bisect.bisect_left(self._speech_frames, start)
@@ -171,6 +176,7 @@ class NoVad:
     """Treats everything as speech (StreamOptions.vad=False): one start, no end."""
 
     in_speech = False
+    silence_seconds = 0.0
 
     def process(self, samples: np.ndarray) -> list[VadEvent]:
         if self.in_speech:

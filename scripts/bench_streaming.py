@@ -1,7 +1,8 @@
 """Streaming latency benchmark: real clips played at real-time pace through StreamSession.
 
-    nice -n 10 python scripts/bench_streaming.py [--clips jfk,librivox,physicsworks]
-        [--configs spec,spec+translate,spec-nodraft,spec-fullwindow,ct2] [--chunk 0.25] [--out artifacts/bench_streaming.json]
+    nice -n 10 python scripts/bench_streaming.py [--clips jfk,librivox,physicsworks,conversations]
+        [--configs spec,spec+translate,spec-nodraft,spec-fullwindow,spec-kc0,spec-pause,spec-autolang,ct2]
+        [--chunk 0.25] [--out artifacts/bench_streaming.json]
 
 Time is virtual but honest: audio chunk k "arrives" at (k+1) * chunk seconds; each process()
 call advances the clock by the real wall time it took (so compute is charged in full, and audio
@@ -16,13 +17,19 @@ For every word of the reference (a batch decode with word timestamps, pipeline/l
 first emission as partial and as final is matched (by aligning normalized word sequences) and
 measured from the word's end time in the audio. Reported per config: median / p90 partial and
 final latency, compute real-time factor (model-thread seconds / audio seconds), tokens per
-target pass, and final-latency medians per third of the long lecture (flatness).
+target pass, and final-latency medians per third of the long lecture (flatness). Clips with a transcript
+(jfk, LibriVox, the synthesized conversations of specscribe/conversations.py) also get the WER of the streamed
+finals and of the batch transcript against it; `wer_goal_gap` is their difference per clip (the WER against
+batch where there is no transcript), `wer_goal_met` whether every clip is within 2 points. Configs with
+`language` None (spec-autolang) detect the language and report the finals' languages.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import dataclasses
 import difflib
 import json
 import os
@@ -30,6 +37,7 @@ import platform
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,18 +53,41 @@ from specscribe.pipeline.session import StreamSession
 from specscribe.pipeline.types import StreamOptions
 from specscribe.pipeline.wer import wer
 
-PAD = StreamOptions().encoder_pad
-CONFIGS = {  # name: (engine, draft, translate, encoder_pad, hold_unsure); 30 = Whisper's full 30 s window
-    "spec": ("spec", "auto", False, PAD, True),
-    "spec+translate": ("spec", "auto", True, PAD, True),
-    "spec-nodraft": ("spec", "none", False, PAD, True),
-    "spec-nodraft+translate": ("spec", "none", True, PAD, True),
-    "spec-fullwindow": ("spec", "auto", False, 30.0, True),
-    "spec-fullwindow+translate": ("spec", "auto", True, 30.0, True),
-    "spec-nohold": ("spec", "auto", False, PAD, False),  # an utterance's last hypothesis all final at a pause
-    "ct2": ("ct2", "none", False, PAD, True),
-    "ct2+translate": ("ct2", "none", True, PAD, True),
-    "ct2-fullwindow": ("ct2", "none", False, 30.0, True),
+DEFAULT = StreamOptions()
+PAD = DEFAULT.encoder_pad
+
+
+@dataclass(frozen=True)
+class Config:
+    """One streaming setup: the engine and the StreamOptions fields that differ from the defaults."""
+
+    engine: str = "spec"
+    draft: str = "auto"
+    translate: bool = False
+    encoder_pad: float = PAD  # 30: Whisper's full 30 s window
+    hold_unsure: bool = True
+    pause_commit: float | None = DEFAULT.pause_commit
+    keep_context: float = DEFAULT.keep_context
+    update_interval: float | None = None  # None: --update-interval
+    language: str | None = "en"  # None: detected (pipeline/language.py)
+
+
+CONFIGS = {
+    "spec": Config(),
+    "spec+translate": Config(translate=True),
+    "spec-nodraft": Config(draft="none"),
+    "spec-nodraft+translate": Config(draft="none", translate=True),
+    "spec-fullwindow": Config(encoder_pad=30.0),
+    "spec-fullwindow+translate": Config(encoder_pad=30.0, translate=True),
+    "spec-nohold": Config(hold_unsure=False),  # an utterance's last hypothesis all final at a pause
+    "spec-pause": Config(pause_commit=0.3),  # commit at 0.3 s of silence, before the VAD's end (0.6 s)
+    "spec-kc4": Config(keep_context=4.0),
+    "spec-kc0": Config(keep_context=0.0),  # the buffer cut at every committed sentence end
+    "spec-kc0-pause": Config(keep_context=0.0, pause_commit=0.3),
+    "spec-autolang": Config(language=None),
+    "ct2": Config(engine="ct2", draft="none"),
+    "ct2+translate": Config(engine="ct2", draft="none", translate=True),
+    "ct2-fullwindow": Config(engine="ct2", draft="none", encoder_pad=30.0),
 }
 
 
@@ -78,6 +109,26 @@ def load_clips(names: list[str]) -> dict[str, np.ndarray]:
             out[f"librivox/{path.stem[-4:]}"] = load_audio(path)
     if "physicsworks" in names:
         out["physicsworks"] = load_audio(folder / "physicsworks.wav")
+    if "conversations" in names:  # synthesized dialogues (specscribe/conversations.py), built on first use
+        from specscribe.conversations import build_conversations
+
+        built = build_conversations(folder, log=lambda m: print(m, file=sys.stderr))  # stdout: the report
+        for name, path in sorted(built.items()):
+            out[f"conversation/{name}"] = load_audio(path)
+    return out
+
+
+def clip_truths(names: list[str]) -> dict[str, str]:
+    """The human (or script) transcripts of the clips that have one: jfk, LibriVox, the conversations."""
+    from specscribe.clips import JFK_TEXT
+    from specscribe.conversations import conversation_clips
+
+    folder = clips_dir()
+    out = {"jfk": JFK_TEXT} if "jfk" in names else {}
+    if "librivox" in names:
+        out.update({f"librivox/{path.stem[-4:]}": text for path, text in librivox_clips(folder).items()})
+    if "conversations" in names:
+        out.update({f"conversation/{name}": text for name, (_, text) in conversation_clips(folder).items()})
     return out
 
 
@@ -202,17 +253,29 @@ def line_figures(events) -> dict:
     }
 
 
+def truth_figures(truth: str | None, ref_words, events) -> dict:
+    """WER of the streamed finals and of the batch transcript against the clip's transcript, when it has one."""
+    if truth is None:
+        return {}
+    streamed, batch = wer(truth, final_text(events)), wer(truth, " ".join(w.text for w in ref_words))
+    return {"wer_vs_truth": round(streamed, 4), "batch_wer_vs_truth": round(batch, 4),
+            "wer_gap_vs_batch": round(streamed - batch, 4)}
+
+
 def pct(values, q) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
-def run_config(config: str, engine, clips: dict, refs: dict, args) -> dict:
-    """Every clip through one config once: per-clip figures, totals, and the raw latencies (_final, _partial)."""
-    eng, draft, translate, pad, hold = CONFIGS[config]
-    tr = engine(eng, draft)
+def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict | None = None) -> dict:
+    """Every clip through one config once: per-clip figures, totals, and the raw latencies (_final, _partial).
+    truths: {clip: human or script transcript}; those clips also get the WER of the streamed and the batch
+    text against it, and their difference (the issue's goal: streaming within 2 points of batch)."""
+    c = CONFIGS[config]
+    tr = engine(c.engine, c.draft)
     options = StreamOptions(
-        language="en", translate=translate, update_interval=args.update_interval, draft=draft != "none",
-        encoder_pad=pad, hold_unsure=hold,
+        language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
+        encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
+        keep_context=c.keep_context,
     )
     all_p, all_f, per_clip, wers = [], [], {}, []
     totals = {"audio_s": 0.0, "compute_s": 0.0, "charged_s": 0.0, "wall_s": 0.0, "tokens": 0, "target_passes": 0}
@@ -235,9 +298,13 @@ def run_config(config: str, engine, clips: dict, refs: dict, args) -> dict:
             "tokens_per_target_pass": stats["tokens_per_target_pass"],
             "translations": sum(1 for e in events if e.type == "translation"),
             "wer_vs_batch": round(wer(" ".join(w.text for w in refs[name]), final_text(events)), 4),
+            **truth_figures((truths or {}).get(name), refs[name], events),
             "caption_lines": line_figures(events),
             "latency_breakdown": latency_breakdown(events, p_lat, f_lat, matched),
         }
+        if c.language is None:  # detected: which languages the finals came in, by words
+            langs = collections.Counter(e.language for e in events if e.type == "final" for _ in e.words)
+            clip["final_languages"] = dict(langs.most_common())
         wers.append(clip["wer_vs_batch"])
         if audio.size / SAMPLE_RATE > 60 and f_lat:  # flatness over the long lecture
             dur = audio.size / SAMPLE_RATE
@@ -252,13 +319,17 @@ def run_config(config: str, engine, clips: dict, refs: dict, args) -> dict:
         totals["target_passes"] += stats["target_passes"]
         print(f"{config:>16} {name:>16}: {json.dumps(clip)}", file=sys.stderr)
     return {
-        "engine": eng, "draft": draft, "translate": translate, "encoder_pad": pad, "hold_unsure": hold,
+        **dataclasses.asdict(c),
         "final_median": pct(all_f, 50), "final_p90": pct(all_f, 90),
         "partial_median": pct(all_p, 50), "partial_p90": pct(all_p, 90),
         "rtf_model_thread_wall": round(totals["compute_s"] / totals["audio_s"], 4) if totals["audio_s"] else None,
         "rtf_charged": round(totals["charged_s"] / totals["audio_s"], 4) if totals["audio_s"] else None,
         "tokens_per_target_pass": round(totals["tokens"] / totals["target_passes"], 3) if totals["target_passes"] else None,
         "wer_vs_batch_mean": round(float(np.mean(wers)), 4) if wers else None,
+        # the accuracy goal per clip: streamed WER minus batch WER against the transcript where the clip has
+        # one, else the WER against the batch text itself (a stricter stand-in); goal <= 0.02 on every clip
+        "wer_goal_gap": {n: x.get("wer_gap_vs_batch", x["wer_vs_batch"]) for n, x in per_clip.items()},
+        "wer_goal_met": all(x.get("wer_gap_vs_batch", x["wer_vs_batch"]) <= 0.02 for x in per_clip.values()),
         "audio_s": round(totals["audio_s"], 2), "compute_s": round(totals["compute_s"], 2),
         "clips": per_clip, "_final": all_f, "_partial": all_p,
     }
@@ -266,7 +337,8 @@ def run_config(config: str, engine, clips: dict, refs: dict, args) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--clips", default="jfk,librivox,physicsworks")
+    ap.add_argument("--clips", default="jfk,librivox,physicsworks",
+                    help="comma list of jfk, librivox, physicsworks, conversations (synthesized dialogues)")
     ap.add_argument("--configs", default="spec,spec+translate,spec-nodraft,spec-nodraft+translate,spec-fullwindow,ct2")
     ap.add_argument("--chunk", type=float, default=0.25, help="seconds per arriving chunk")
     ap.add_argument("--update-interval", type=float, default=0.5)
@@ -284,6 +356,7 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown configs {unknown}; choose from {list(CONFIGS)}")
     clips = load_clips(args.clips.split(","))
+    truths = clip_truths(args.clips.split(","))
     load_start = os.getloadavg()[0]
 
     engines: dict[tuple[str, str], object] = {}
@@ -307,14 +380,14 @@ def main(argv=None) -> int:
     rounds = []  # per round: {config: result}
     for r in range(args.repeat):
         order = configs[r % len(configs):] + configs[: r % len(configs)]
-        rounds.append({config: run_config(config, engine, clips, refs, args) for config in order})
+        rounds.append({config: run_config(config, engine, clips, refs, args, truths) for config in order})
     results = {}
     for config in configs:
         runs = [rnd[config] for rnd in rounds]
         pooled_f = [x for run in runs for x in run.pop("_final")]
         pooled_p = [x for run in runs for x in run.pop("_partial")]
         results[config] = {
-            **{k: runs[0][k] for k in ("engine", "draft", "translate", "encoder_pad", "hold_unsure")},
+            **dataclasses.asdict(CONFIGS[config]),
             "final_median": pct(pooled_f, 50), "final_p90": pct(pooled_f, 90),
             "partial_median": pct(pooled_p, 50), "partial_p90": pct(pooled_p, 90),
             "rounds": runs,

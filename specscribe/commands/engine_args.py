@@ -35,8 +35,16 @@ def engine_options(args: argparse.Namespace):
 
 
 def add_streaming_args(group) -> None:
-    """--update-interval and --encoder-pad (StreamOptions), for live and serve."""
+    """--update-interval, --encoder-pad and --pause-commit (StreamOptions), for live and serve."""
     group.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between updates")
     group.add_argument("--encoder-pad", type=float, default=5.0, metavar="SECONDS",
                        help="each update encodes the buffer plus this much padding instead of a 30 s window "
                        "(faster; 30 = the full window, as batch transcription; default: %(default)s)")
+    group.add_argument("--pause-commit", type=float, default=0.0, metavar="SECONDS",
+                       help="after this much silence (e.g. 0.3) the words so far are final, before the VAD ends "
+                       "the utterance (0: wait for its end, the default)")
+
+
+def pause_commit(args) -> float | None:
+    """StreamOptions.pause_commit from --pause-commit (0: off)."""
+    return args.pause_commit if args.pause_commit > 0 else None

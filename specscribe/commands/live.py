@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specscribe.commands.engine_args import add_engine_args, add_streaming_args, engine_options
+from specscribe.commands.engine_args import add_engine_args, add_streaming_args, engine_options, pause_commit
 
 # asyncio and the audio pipeline (numpy) are imported where used: building the CLI parser imports
 # every command module, and `specscribe transcribe` or `--help` need neither at that point.
@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         interim_results=not args.no_partials,
         update_interval=args.update_interval,
         encoder_pad=args.encoder_pad,
+        pause_commit=pause_commit(args),
         draft=args.draft != "none",
         beam_size=args.beam_size,
         hotwords=args.hotwords.strip(),

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from specscribe.commands.engine_args import add_engine_args, add_streaming_args, engine_options
+from specscribe.commands.engine_args import add_engine_args, add_streaming_args, engine_options, pause_commit
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
                         max_session_seconds=args.max_session_seconds, idle_timeout=args.idle_timeout,
                         max_backlog_seconds=args.max_backlog_seconds),
         security=SecurityOptions(api_key=api_key, allowed_origins=tuple(args.allowed_origin)),
-        stream_defaults=replace(StreamOptions(), update_interval=args.update_interval, encoder_pad=args.encoder_pad),
+        stream_defaults=replace(StreamOptions(), update_interval=args.update_interval, encoder_pad=args.encoder_pad,
+                                pause_commit=pause_commit(args)),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
         scheduler=SchedulerOptions(width=args.decode_width),
         max_connections=args.max_connections,

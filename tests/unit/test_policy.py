@@ -74,6 +74,17 @@ def test_trims_at_committed_sentence_end_and_builds_the_prompt():
     assert start == h[1].end and prompt == " It works."
 
 
+def test_a_sentence_cut_keeps_the_context_asked_for():
+    p = LocalAgreement(LocalAgreementOptions(keep_context=2.0))
+    p.insert_audio(4.0)
+    h = words("One. Two. Three. Four five six")  # sentence ends at 0.4, 0.9 and 1.4 s
+    p.process(h)
+    u = p.process(h + words("seven", start=3.0))
+    assert texts(u.committed) == ["One.", "Two.", "Three.", "Four", "five", "six"]
+    assert u.buffer_start == h[1].end  # "Two.": the latest sentence end at least 2 s before "seven" (3.0 s)
+    assert p.window()[1] == " One. Two."  # the prompt is what lies before the buffer
+
+
 def test_long_buffer_without_sentences_is_trimmed_at_the_last_committed_word():
     p = LocalAgreement(LocalAgreementOptions(trim_after=5.0))
     hyp = words(" ".join(f"w{i}" for i in range(14)))  # 7 s, no punctuation

@@ -149,6 +149,13 @@ class ScriptedVad:
     def speech_seconds(self, start, end):
         return sum(max(0, min(b, end) - max(a, start)) for a, b in self.intervals) / SR
 
+    @property
+    def silence_seconds(self):
+        """Seconds since the open interval's speech ended (0 outside speech or during it)."""
+        if not self.in_speech:
+            return 0.0
+        return max(0, self.offset - self.intervals[self._i][1]) / SR
+
     def flush(self):
         if self.in_speech:
             self.in_speech = False
@@ -254,12 +261,15 @@ def test_encoder_sees_the_buffer_plus_its_pad_not_a_full_window():
     assert set(full.encoder_windows) == {None}  # the batch setting: Whisper's 30 s window
 
 
-def test_buffer_trimmed_at_sentence_ends():
+@pytest.mark.parametrize("context", [0.0, 4.0])
+def test_buffer_trimmed_at_sentence_ends(context):
     script = make_script(40, sentence_every=5)
     audio = noise(20)
-    events, tr = run_session(audio, script, StreamOptions(vad=False))
+    events, tr = run_session(audio, script, StreamOptions(vad=False, keep_context=context))
     assert finals_text(events) == [w for w, _, _ in script]
-    assert max(d for _, d in tr.windows) < 6.0  # a sentence is ~2.3 s; the buffer starts at the last one
+    longest = max(d for _, d in tr.windows)
+    # a sentence is ~2.3 s: the buffer starts at the last one, or at the last that leaves 4 s of context
+    assert longest < 6.0 if context == 0 else 6.0 < longest < 10.0
 
 
 def test_prompt_and_previous_hypothesis_are_passed():
@@ -288,6 +298,20 @@ def test_speech_end_commits_the_utterance_and_silence_is_not_decoded():
     for off, dur in tr.windows:
         end = off + dur
         assert any(a < end <= b + 1.0 for a, b in intervals), (off, dur)
+
+
+def test_a_pause_commits_the_utterance_before_the_vad_ends_it():
+    # a0-a5 end at 3.6 s; the VAD ends the utterance after 0.6 s of silence (at 4.2 s, seen at 4.25)
+    script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(6, start=1.0))]
+    audio, intervals = noise(6), [(1.0, 3.6)]
+    for pause, at in ((None, 4.25), (0.3, 4.0)):  # 0.3 s of silence: in the chunk that ends at 4.0 s
+        events, tr = run_session(audio, script, StreamOptions(pause_commit=pause), intervals=intervals)
+        assert finals_text(events) == [w for w, _, _ in script]
+        last = next(e for e in events if e.type == "final" and e.text.endswith("a5"))
+        end = next(e for e in events if e.type == "speech_end")
+        assert last.emitted_at == pytest.approx(at) and events.index(last) < events.index(end)
+        # the update at 3.75 s heard all the speech: neither the pause nor the VAD's end decodes again
+        assert max(off + dur for off, dur in tr.windows) == pytest.approx(3.75)
 
 
 def _paused_session(second_start: float):

@@ -39,6 +39,17 @@ def test_hysteresis_start_and_end():
     assert events[1].offset == 23 * FRAME  # first frame below 0.35; the 0.4s after it count as silence
 
 
+def test_silence_seconds_counts_the_open_silence_run():
+    # speech, then 0.1s: the silence run grows while speech stays open, and is 0 once it has ended
+    probs = [0.9] * 5 + [0.1] * 4 + [0.9] * 2 + [0.1] * 7
+    vad = SileroVad(VadOptions(threshold=0.5, min_speech=0.1, min_silence=0.2), model=ScriptedModel(probs))
+    seen = []
+    for _ in probs:
+        vad.process(np.zeros(FRAME, np.float32))
+        seen.append(round(vad.silence_seconds / (FRAME / SR)))
+    assert seen == [0] * 5 + [1, 2, 3, 4] + [0, 0] + [1, 2, 3, 4, 5] + [0, 0]  # 6 frames end it
+
+
 def test_streaming_equals_one_shot():
     rng = np.random.default_rng(0)
     t = np.arange(4 * SR) / SR
