@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import wave
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -174,12 +173,7 @@ class TtsVoices:
         if speaker.piper and self.use_piper:
             self._piper = self._piper or synth.Piper()
             return self._piper.synthesize(text, "en", random.Random(speaker.name))
-        v = speaker
-        cmd = [self.espeak.binary, "-v", v.voice, "-s", str(v.speed), "-p", str(v.pitch), "--stdout", "--stdin"]
-        proc = subprocess.run(cmd, input=text.encode("utf-8"), capture_output=True, timeout=60)
-        if proc.returncode != 0 or not proc.stdout:
-            raise synth.SynthError(f"espeak-ng failed on {text!r}: {proc.stderr.decode(errors='replace')[:200]}")
-        return synth.Speech(synth._wav_to_16k(proc.stdout), f"espeak:{v.voice} s={v.speed} p={v.pitch}")
+        return self.espeak.speak(text, speaker.voice, speaker.speed, speaker.pitch)
 
 
 def _trim(audio: np.ndarray, rel: float = 0.01) -> np.ndarray:

@@ -95,7 +95,10 @@ class Espeak:
 
     def synthesize(self, text: str, lang: str, rng: random.Random) -> Speech:
         voice = rng.choice(ESPEAK_VOICES[lang]) + rng.choice(ESPEAK_VARIANTS)
-        speed, pitch = rng.randint(135, 195), rng.randint(25, 75)
+        return self.speak(text, voice, rng.randint(135, 195), rng.randint(25, 75))
+
+    def speak(self, text: str, voice: str, speed: int, pitch: int) -> Speech:
+        """text in one fixed voice ("en-gb+f3"), speed (words a minute) and pitch (0-99)."""
         cmd = [self.binary, "-v", voice, "-s", str(speed), "-p", str(pitch), "--stdout", "--stdin"]
         proc = subprocess.run(cmd, input=text.encode("utf-8"), capture_output=True, timeout=60)
         if proc.returncode != 0 or not proc.stdout:
