@@ -19,9 +19,13 @@ own sequence:
   ``PassShape.rows`` rows, zero-padded (``RowBlocks``);
 - attention runs per sequence over its own keys: self-attention over a cache length that
   depends on the row's own position only (``PassShape.key_lengths``, masked beyond the row),
-  cross-attention over its own encoder output. A sequence's prompt is attended as one group of rows (it is always prefilled as that
-  same group: by the reference loop, by a verify pass that appends drafts, alone or batched);
-  every other row is attended alone, as a query of one row (``attend``).
+  cross-attention over its own encoder output. In self-attention a sequence's prompt is attended as
+  one group of rows (it is always prefilled as that same group: by the reference loop, by a verify
+  pass that appends drafts, alone or batched), and every other row alone, as a query of one row
+  (``attend``). Cross-attention reads the same keys for every row of a sequence, so its rows go
+  through in blocks of exactly ``PassShape.query_block`` query rows, zero-padded
+  (``attend_blocks``): within one query length a row gets the same bits at every position of the
+  block and whatever the other rows hold, as for the linears.
 
 Elementwise work (embedding sums, residual adds) is exact per element and needs nothing.
 """
@@ -47,14 +51,21 @@ class PassShape:
         key_block: self-attention reads the cache up to the next multiple of this many
             positions above the row's own position (masked beyond it): a length that depends on
             the row alone, and far shorter than the full context early in a window.
+
+        query_block: cross-attention query rows per call (a sequence's rows, zero-padded to a
+            multiple of it). 1 = each row alone. Where a one-row query takes a slow kernel (torch's
+            CPU bf16 attention: a 1-row query over 1500 keys costs about twice a 4-row one,
+            models/compute.py query_block_for), a block serves one row for less, and 4 rows for
+            the price of one.
     """
 
     rows: int = 16
     key_block: int = 64
+    query_block: int = 1
 
     def __post_init__(self):
-        if self.rows < 1 or self.key_block < 1:
-            raise ValueError(f"PassShape needs rows >= 1 and key_block >= 1, got {self.rows}, {self.key_block}")
+        if min(self.rows, self.key_block, self.query_block) < 1:
+            raise ValueError(f"PassShape needs rows, key_block and query_block >= 1, got {self}")
 
     def key_lengths(self, start: int, n: int, capacity: int) -> list[int]:
         """Keys read by the rows at positions start .. start+n-1."""
@@ -121,3 +132,17 @@ def attend(
         out[i] = F.scaled_dot_product_attention(q[i : i + 1].transpose(0, 1)[None], keys[:, :, :n], values[:, :, :n],
                                                 attn_mask=m)[0, :, 0]  # (H, Dh)
     return out
+
+
+def attend_blocks(
+    q: torch.Tensor,  # (T, H, Dh): the sequence's query rows of this pass
+    keys: torch.Tensor,  # (1, H, S, Dh): every row reads all of them (cross-attention)
+    values: torch.Tensor,  # (1, H, S, Dh)
+    block: int,  # query rows per call
+) -> torch.Tensor:  # (T, H, Dh)
+    """Attention without a mask, in calls of exactly `block` query rows (the last zero-padded)."""
+    t = q.shape[0]
+    padded = RowBlocks(block, t).pad(q).transpose(0, 1)[None]  # (1, H, T_pad, Dh)
+    out = torch.cat([F.scaled_dot_product_attention(padded[:, :, i : i + block], keys, values)
+                     for i in range(0, padded.shape[2], block)], dim=2)  # (1, H, T_pad, Dh)
+    return out[0, :, :t].transpose(0, 1)

@@ -25,6 +25,7 @@ import torch
 from specscribe.models.compute import (
     pack_decoder,
     pass_rows_for,
+    query_block_for,
     resolve_compute_type,
     resolve_device,
     set_threads,
@@ -93,7 +94,8 @@ class SpecEngine:
         model, self.dims = load_whisper_model(folder, self.compute_type, self.device, str(options.model))
         self.model: WhisperModel = model  # already through prepare_model
         # every target pass runs at fixed shapes, so batching and drafting never change a row's bits
-        shape = PassShape(rows=options.pass_rows or pass_rows_for(self.compute_type, self.device))
+        shape = PassShape(rows=options.pass_rows or pass_rows_for(self.compute_type, self.device),
+                          query_block=query_block_for(self.compute_type, self.device))
         self.model.decoder.pass_shape = shape
         pack_decoder(self.model.decoder, shape.rows)  # prepacked weights for blocks of shape.rows
         self.model_name = str(options.model)

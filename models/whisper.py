@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specscribe.models.invariant import PassShape, RowBlocks, attend
+from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks
 from specscribe.models.kv_cache import KVCache
 from specscribe.models.weights import Ct2Model, WhisperDims
 
@@ -115,6 +115,7 @@ class DecoderLayer(nn.Module):
         seqs: Sequence["_SeqRows"],
         index: int,  # this layer's slot in the caches
         want_scores: bool = False,
+        query_block: int = 1,  # cross-attention query rows per call (PassShape.query_block)
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Returns the new rows (R, d) and, with want_scores, per sequence the pre-softmax
         cross-attention logits (H, T, S) (openai/whisper's QKs, for word alignment)."""
@@ -139,8 +140,10 @@ class DecoderLayer(nn.Module):
                 scores = (qh.transpose(0, 1) @ ck[0].transpose(-1, -2)) * (qh.shape[-1] ** -0.5)  # (H, T, S)
                 out = (torch.softmax(scores.float(), dim=-1).to(q.dtype) @ cv[0]).transpose(0, 1)  # (T, H, Dh)
                 all_scores.append(scores.float())
+            elif invariant:
+                out = attend_blocks(qh, ck, cv, query_block)
             else:
-                out = attend(qh, ck, cv, None, s.group, None, invariant)
+                out = attend(qh, ck, cv, None, invariant=False)
             a[rows] = out.reshape(s.n, d)
         x = x + blocks.map(self.cross_out, a)
         x = x + blocks.map(lambda b: self.mlp(self.mlp_ln(b)), x)
@@ -215,6 +218,7 @@ class TextDecoder(nn.Module):
         With a pass_shape, a part's outputs are bitwise the same whatever the other parts are.
         """
         seqs, ids, positions, row0 = [], [], [], 0
+        shape = self.pass_shape
         for part in parts:
             session, n = part.session, len(part.tokens)
             start = session.cache.length
@@ -223,7 +227,7 @@ class TextDecoder(nn.Module):
             if start + n > self.n_ctx:
                 raise ValueError(f"decoder context full: {start + n} > {self.n_ctx} positions")
             group = n if part.prompt_rows is None and start == 0 else min(part.prompt_rows or 0, n)
-            shape, mask, lengths = self.pass_shape, None, None
+            mask, lengths = None, None
             if shape is not None:
                 lengths = shape.key_lengths(start, n, self.n_ctx)
             if shape is not None or n > 1:  # row i attends to positions <= start + i
@@ -234,14 +238,15 @@ class TextDecoder(nn.Module):
             positions.append(session.positions[start : start + n])
             row0 += n
         device = self.positional_embedding.device
-        blocks = RowBlocks(self.pass_shape.rows if self.pass_shape is not None else 0, row0)
+        blocks = RowBlocks(shape.rows if shape is not None else 0, row0)
+        query_block = shape.query_block if shape is not None else 1
         with torch.inference_mode():
             pos = torch.cat(positions)  # (R,)
             x = self.token_embedding(torch.tensor(ids, dtype=torch.long, device=device)) + self.positional_embedding[pos]
             x = blocks.pad(x.to(self.positional_embedding.dtype))  # (R_pad, d)
             scores: list[list[torch.Tensor]] = [[] for _ in parts]
             for i, layer in enumerate(self.layers):
-                x, layer_scores = layer(x, blocks, seqs, i, want_scores)
+                x, layer_scores = layer(x, blocks, seqs, i, want_scores, query_block)
                 for j, sc in enumerate(layer_scores):
                     scores[j].append(sc)
             for s in seqs:

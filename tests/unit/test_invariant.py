@@ -12,10 +12,11 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from specscribe.models.compute import PackedLinear, pack_decoder
-from specscribe.models.invariant import PassShape, RowBlocks, attend
+from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks
 from specscribe.models.weights import WhisperDims
 from specscribe.models.whisper import PassPart, WhisperModel
 
@@ -24,14 +25,14 @@ DIMS = WhisperDims(n_mels=8, n_audio_ctx=300, n_audio_state=512, n_audio_head=8,
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-def _decoder(dtype: torch.dtype, rows: int = 8, packed: bool = True):
+def _decoder(dtype: torch.dtype, rows: int = 8, packed: bool = True, query_block: int = 1):
     torch.manual_seed(0)
     model = WhisperModel(DIMS).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.05)
     model = model.to(dtype)
-    model.decoder.pass_shape = PassShape(rows=rows, key_block=16)
+    model.decoder.pass_shape = PassShape(rows=rows, key_block=16, query_block=query_block)
     if packed:
         pack_decoder(model.decoder, rows)
     encs = [torch.randn(1, DIMS.n_audio_ctx, DIMS.n_audio_state).to(dtype) for _ in range(4)]
@@ -40,8 +41,9 @@ def _decoder(dtype: torch.dtype, rows: int = 8, packed: bool = True):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("companions", [1, 7, 31])
-def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions):
-    decoder, encs = _decoder(dtype)
+@pytest.mark.parametrize("query_block", [1, 4])
+def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, query_block):
+    decoder, encs = _decoder(dtype, query_block=query_block)
     rng = random.Random(companions)
     prompt, text = [1, 2, 3], [rng.randrange(DIMS.n_vocab) for _ in range(12)]
     alone = decoder.session(encs[0])
@@ -72,8 +74,9 @@ def test_rejected_cache_slots_do_not_change_the_next_logits(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_prompt_rows_give_the_same_bits_with_drafts_after_them(dtype):
-    decoder, encs = _decoder(dtype)
+@pytest.mark.parametrize("query_block", [1, 4])
+def test_prompt_rows_give_the_same_bits_with_drafts_after_them(dtype, query_block):
+    decoder, encs = _decoder(dtype, query_block=query_block)
     prompt = list(range(10, 30))  # a prompt longer than a block and than a key block
     plain = decoder.session(encs[1]).forward(prompt)
     drafted = decoder.session(encs[1]).forward(prompt + [7, 8, 9], prompt_rows=len(prompt))
@@ -111,6 +114,21 @@ def test_attend_groups_the_prompt_and_splits_the_rest_by_key_length():
         assert torch.equal(got[i], one[0])
     full = attend(q, k, v, mask, invariant=False)  # masking makes the key length irrelevant up to rounding
     torch.testing.assert_close(got, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attend_blocks_gives_a_row_the_same_bits_at_every_place_in_its_block(dtype):
+    torch.manual_seed(2)
+    k, v = torch.randn(1, 8, 300, 64, dtype=dtype), torch.randn(1, 8, 300, 64, dtype=dtype)
+    row = torch.randn(1, 8, 64, dtype=dtype)
+    want = attend_blocks(row, k, v, 4)[0]  # alone: three zero rows of padding
+    for t in (2, 4, 7, 9):
+        for place in range(t):
+            q = torch.randn(t, 8, 64, dtype=dtype)
+            q[place] = row[0]
+            assert torch.equal(attend_blocks(q, k, v, 4)[place], want), (t, place)
+    close = F.scaled_dot_product_attention(row.transpose(0, 1)[None], k, v)[0].transpose(0, 1)[0]
+    torch.testing.assert_close(want, close, atol=2e-2, rtol=2e-2)
 
 
 def test_packed_linear_matches_linear_keeps_the_tie_and_trains():
