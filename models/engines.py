@@ -37,6 +37,8 @@ class EngineOptions:
         threads: CPU threads for the engine; 0 lets the library choose.
         pass_rows: rows per block of a batch-invariant target pass (models/invariant.py);
             0 picks by compute type and device (models/compute.py pass_rows_for).
+        query_block: attention query rows per call of such a pass (PassShape.query_block); 0 picks
+            by compute type and device (models/compute.py query_block_for).
     """
 
     engine: EngineName = "spec"
@@ -47,6 +49,7 @@ class EngineOptions:
     draft_model: str | None = None
     threads: int = 0
     pass_rows: int = 0
+    query_block: int = 0
 
 
 class Transcriber(Protocol):

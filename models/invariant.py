@@ -17,21 +17,23 @@ So every kernel call in the target's decoder has a shape that depends on nothing
 own sequence:
 - row-wise work (LayerNorm, linears, GELU, output head) runs on blocks of exactly
   ``PassShape.rows`` rows, zero-padded (``RowBlocks``);
-- attention runs per sequence over its own keys: self-attention over a cache length that
-  depends on the row's own position only (``PassShape.key_lengths``, masked beyond the row),
-  cross-attention over its own encoder output. In self-attention a sequence's prompt is attended as
-  one group of rows (it is always prefilled as that same group: by the reference loop, by a verify
-  pass that appends drafts, alone or batched), and every other row alone, as a query of one row
-  (``attend``). Cross-attention reads the same keys for every row of a sequence, so its rows go
-  through in blocks of exactly ``PassShape.query_block`` query rows, zero-padded
-  (``attend_blocks``): within one query length a row gets the same bits at every position of the
-  block and whatever the other rows hold, as for the linears.
+- attention runs per sequence over its own keys, in calls of exactly ``PassShape.query_block``
+  query rows, zero-padded: within one query length a row gets the same bits at every place of
+  the call and whatever the other rows hold, as for the linears.
+  - Self-attention (``attend``): a sequence's prompt is attended as one group of rows (it is
+    always prefilled as that same group: by the reference loop, by a verify pass that appends
+    drafts, alone or batched). Every later row goes in the block of query_block positions that
+    holds its position, over a cache length set by that block (``PassShape.key_length``, masked
+    beyond the row): its slot, keys and mask depend on its position alone.
+  - Cross-attention (``attend_blocks``) reads the same encoder keys for every row, so a
+    sequence's rows go through in consecutive blocks.
 
 Elementwise work (embedding sums, residual adds) is exact per element and needs nothing.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -51,12 +53,10 @@ class PassShape:
         key_block: self-attention reads the cache up to the next multiple of this many
             positions above the row's own position (masked beyond it): a length that depends on
             the row alone, and far shorter than the full context early in a window.
-
-        query_block: cross-attention query rows per call (a sequence's rows, zero-padded to a
-            multiple of it). 1 = each row alone. Where a one-row query takes a slow kernel (torch's
-            CPU bf16 attention: a 1-row query over 1500 keys costs about twice a 4-row one,
-            models/compute.py query_block_for), a block serves one row for less, and 4 rows for
-            the price of one.
+        query_block: attention query rows per call (zero-padded); it divides key_block. 1 = each
+            row alone. Where a one-row query takes a slow kernel (torch's CPU bf16 attention: a
+            1-row query costs 1.5-3 times a 4-row one, models/compute.py query_block_for), a
+            block serves one row for less, and 4 rows for the price of one.
     """
 
     rows: int = 16
@@ -64,13 +64,12 @@ class PassShape:
     query_block: int = 1
 
     def __post_init__(self):
-        if min(self.rows, self.key_block, self.query_block) < 1:
-            raise ValueError(f"PassShape needs rows, key_block and query_block >= 1, got {self}")
+        if min(self.rows, self.key_block, self.query_block) < 1 or self.key_block % self.query_block:
+            raise ValueError(f"PassShape needs rows, key_block, query_block >= 1 and query_block dividing key_block, got {self}")
 
-    def key_lengths(self, start: int, n: int, capacity: int) -> list[int]:
-        """Keys read by the rows at positions start .. start+n-1."""
-        kb = self.key_block
-        return [min(capacity, (p // kb + 1) * kb) for p in range(start, start + n)]
+    def key_length(self, position: int, capacity: int) -> int:
+        """Keys read by the row at this position (a multiple of key_block, at most capacity)."""
+        return min(capacity, (position // self.key_block + 1) * self.key_block)
 
 
 class RowBlocks:
@@ -100,38 +99,52 @@ class RowBlocks:
 
 
 def attend(
-    q: torch.Tensor,  # (T, H, Dh): the sequence's query rows of this pass
-    keys: torch.Tensor,  # (1, H, L, Dh)
+    q: torch.Tensor,  # (T, H, Dh): the sequence's query rows of this pass, at positions start .. start+T-1
+    keys: torch.Tensor,  # (1, H, L, Dh): the cache (L = its capacity on the invariant path)
     values: torch.Tensor,  # (1, H, L, Dh)
-    mask: torch.Tensor | None,  # (T, L) bool, True = attend; None = every key
-    group: int = 0,  # leading rows attended together (the prompt); the rest one by one
-    key_lengths: list[int] | None = None,  # per row, how many keys it reads (None: all L)
-    invariant: bool = True,
+    mask: torch.Tensor | None,  # (T, L) bool, True = attend; None = every key (plain path only)
+    invariant: bool = False,
+    start: int = 0,  # position of the first row (invariant path)
+    group: int = 0,  # leading rows attended together (the prompt)
+    shape: "PassShape | None" = None,  # the key and query blocks (invariant path)
 ) -> torch.Tensor:  # (T, H, Dh)
-    """Scaled dot-product attention of one sequence's rows.
+    """Causal self-attention of one sequence's rows.
 
-    invariant=False: one call over all T rows and L keys (fastest; the kernel depends on T).
-    invariant=True: rows [0, group) in one call over the keys the group's last row reads; every
-    later row as its own call, a query of one row over its own key length.
+    invariant=False: one call over all T rows and L keys with `mask` (fastest; the kernel depends
+    on T). invariant=True: rows [0, group) in one call over the keys the group's last row reads;
+    every later row in the block of ``shape.query_block`` positions that holds its own position
+    (block b holds positions b*query_block ..), one call per block over the keys the block's last
+    position reads, absent positions as zero queries. A row's call then depends on its position
+    alone: its slot, its key length and its mask are the same in a one-token step, a verify pass
+    or a batch.
     """
     if not invariant:
         out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask)  # (1, H, T, Dh)
         return out[0].transpose(0, 1)
-    t = q.shape[0]
-    lengths = key_lengths or [keys.shape[2]] * t
+    shape = shape or PassShape()
+    t, capacity, size = q.shape[0], keys.shape[2], shape.query_block
     out = q.new_empty(q.shape)
     if group:
-        n = lengths[group - 1]
-        m = None if mask is None else mask[:group, :n]
-        out[:group] = attend(q[:group], keys[:, :, :n], values[:, :, :n], m, invariant=False)
-    for i in range(group, t):
-        # one call per row: batching single-row queries (stride-0 expanded keys) is not row-invariant
-        # everywhere (torch's CPU flash kernel, float32, on an AMD EPYC), and costs about the same
-        n = lengths[i]
-        m = None if mask is None else mask[i : i + 1, :n]  # (1, n)
-        out[i] = F.scaled_dot_product_attention(q[i : i + 1].transpose(0, 1)[None], keys[:, :, :n], values[:, :, :n],
-                                                attn_mask=m)[0, :, 0]  # (H, Dh)
+        n = shape.key_length(start + group - 1, capacity)
+        m = torch.arange(n, device=q.device)[None] <= torch.arange(start, start + group, device=q.device)[:, None]
+        out[:group] = attend(q[:group], keys[:, :, :n], values[:, :, :n], m)
+    first = start + group
+    for b0 in range(first - first % size, start + t, size):  # b0: the block's first position
+        lo, hi = max(b0, first), min(b0 + size, start + t)  # the rows of this pass in the block
+        n = shape.key_length(b0 + size - 1, capacity)
+        block = q[lo - start : hi - start]  # (hi - lo, H, Dh)
+        if hi - lo < size:
+            block = torch.cat([q.new_zeros(lo - b0, *q.shape[1:]), block, q.new_zeros(b0 + size - hi, *q.shape[1:])])
+        got = F.scaled_dot_product_attention(block.transpose(0, 1)[None], keys[:, :, :n], values[:, :, :n],
+                                             attn_mask=_causal_mask(b0, size, n, q.device))  # (1, H, size, Dh)
+        out[lo - start : hi - start] = got[0, :, lo - b0 : hi - b0].transpose(0, 1)
     return out
+
+
+@functools.lru_cache(maxsize=512)
+def _causal_mask(first: int, rows: int, keys: int, device: torch.device) -> torch.Tensor:
+    """(rows, keys) bool: row i (position first + i) attends to positions <= first + i."""
+    return torch.arange(keys, device=device)[None] <= torch.arange(first, first + rows, device=device)[:, None]
 
 
 def attend_blocks(

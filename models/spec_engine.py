@@ -95,7 +95,7 @@ class SpecEngine:
         self.model: WhisperModel = model  # already through prepare_model
         # every target pass runs at fixed shapes, so batching and drafting never change a row's bits
         shape = PassShape(rows=options.pass_rows or pass_rows_for(self.compute_type, self.device),
-                          query_block=query_block_for(self.compute_type, self.device))
+                          query_block=options.query_block or query_block_for(self.compute_type, self.device))
         self.model.decoder.pass_shape = shape
         pack_decoder(self.model.decoder, shape.rows)  # prepacked weights for blocks of shape.rows
         self.model_name = str(options.model)

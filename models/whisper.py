@@ -115,18 +115,18 @@ class DecoderLayer(nn.Module):
         seqs: Sequence["_SeqRows"],
         index: int,  # this layer's slot in the caches
         want_scores: bool = False,
-        query_block: int = 1,  # cross-attention query rows per call (PassShape.query_block)
+        shape: PassShape | None = None,  # the pass's fixed shapes (None with blocks.size 0)
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Returns the new rows (R, d) and, with want_scores, per sequence the pre-softmax
         cross-attention logits (H, T, S) (openai/whisper's QKs, for word alignment)."""
         h, d = self.n_heads, x.shape[1]
-        invariant = blocks.size > 0
+        invariant = shape is not None
         q, k, v = blocks.map(lambda b: self.qkv(self.attn_ln(b)), x).split(d, dim=-1)  # (R, d) each
         a = torch.zeros_like(x)  # (R, d); padding rows stay zero
         for s in seqs:
             rows = slice(s.row0, s.row0 + s.n)
             keys, values = s.cache.write(index, k[rows].view(s.n, h, -1), v[rows].view(s.n, h, -1), full=invariant)
-            out = attend(q[rows].view(s.n, h, -1), keys, values, s.mask, s.group, s.key_lengths, invariant)
+            out = attend(q[rows].view(s.n, h, -1), keys, values, s.mask, invariant, s.start, s.group, shape)
             a[rows] = out.reshape(s.n, d)
         x = x + blocks.map(self.out, a)
 
@@ -141,9 +141,9 @@ class DecoderLayer(nn.Module):
                 out = (torch.softmax(scores.float(), dim=-1).to(q.dtype) @ cv[0]).transpose(0, 1)  # (T, H, Dh)
                 all_scores.append(scores.float())
             elif invariant:
-                out = attend_blocks(qh, ck, cv, query_block)
+                out = attend_blocks(qh, ck, cv, shape.query_block)
             else:
-                out = attend(qh, ck, cv, None, invariant=False)
+                out = attend(qh, ck, cv, None)
             a[rows] = out.reshape(s.n, d)
         x = x + blocks.map(self.cross_out, a)
         x = x + blocks.map(lambda b: self.mlp(self.mlp_ln(b)), x)
@@ -227,26 +227,22 @@ class TextDecoder(nn.Module):
             if start + n > self.n_ctx:
                 raise ValueError(f"decoder context full: {start + n} > {self.n_ctx} positions")
             group = n if part.prompt_rows is None and start == 0 else min(part.prompt_rows or 0, n)
-            mask, lengths = None, None
-            if shape is not None:
-                lengths = shape.key_lengths(start, n, self.n_ctx)
-            if shape is not None or n > 1:  # row i attends to positions <= start + i
-                keys = max(lengths) if lengths else start + n
-                mask = session.positions[:keys].unsqueeze(0) <= session.positions[start : start + n].unsqueeze(1)
-            seqs.append(_SeqRows(row0, n, session.cache, session.cross, mask, group, lengths))
+            mask = None
+            if shape is None and n > 1:  # row i attends to positions <= start + i (attend builds its own)
+                mask = session.positions[: start + n].unsqueeze(0) <= session.positions[start : start + n].unsqueeze(1)
+            seqs.append(_SeqRows(row0, n, start, session.cache, session.cross, mask, group))
             ids += part.tokens
             positions.append(session.positions[start : start + n])
             row0 += n
         device = self.positional_embedding.device
         blocks = RowBlocks(shape.rows if shape is not None else 0, row0)
-        query_block = shape.query_block if shape is not None else 1
         with torch.inference_mode():
             pos = torch.cat(positions)  # (R,)
             x = self.token_embedding(torch.tensor(ids, dtype=torch.long, device=device)) + self.positional_embedding[pos]
             x = blocks.pad(x.to(self.positional_embedding.dtype))  # (R_pad, d)
             scores: list[list[torch.Tensor]] = [[] for _ in parts]
             for i, layer in enumerate(self.layers):
-                x, layer_scores = layer(x, blocks, seqs, i, want_scores, query_block)
+                x, layer_scores = layer(x, blocks, seqs, i, want_scores, shape)
                 for j, sc in enumerate(layer_scores):
                     scores[j].append(sc)
             for s in seqs:
@@ -295,11 +291,11 @@ class _SeqRows:
 
     row0: int
     n: int
+    start: int  # the position of the first row
     cache: KVCache
     cross: list  # per layer (K, V), each (1, H, S, Dh)
-    mask: torch.Tensor | None  # (n, L) bool
+    mask: torch.Tensor | None  # (n, L) bool, the plain path's causal mask (None: invariant, or one row)
     group: int  # leading rows attended as one group
-    key_lengths: list[int] | None  # per row, the self-attention keys it reads (None: all written)
 
 
 class DecoderSession:

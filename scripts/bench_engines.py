@@ -95,17 +95,18 @@ class Engines:
         self.model, self.threads, self.loaded, self.load_s = model, threads, {}, {}
 
     def get(self, compute_type: str, draft: str):
-        """compute_type may carry the pass block, "bfloat16:8" (EngineOptions.pass_rows)."""
+        """compute_type may carry the pass block and the query block, "bfloat16:8" or "bfloat16:8:4"
+        (EngineOptions.pass_rows, query_block; 0 = the default)."""
         if (compute_type, draft) not in self.loaded:
             from specscribe.models.engines import EngineOptions
             from specscribe.models.registry import resolve_model
             from specscribe.models.spec_engine import SpecEngine
 
             started = time.perf_counter()
-            name, _, rows = compute_type.partition(":")
+            name, rows, query = (compute_type.split(":") + ["", ""])[:3]
             options = EngineOptions(
                 engine="spec", model=self.model, device="cpu", compute_type=name, draft=draft, threads=self.threads,
-                pass_rows=int(rows or 0),
+                pass_rows=int(rows or 0), query_block=int(query or 0),
             )
             self.loaded[compute_type, draft] = SpecEngine(resolve_model(self.model), options)
             self.load_s[f"{compute_type}/{draft}"] = round(time.perf_counter() - started, 2)
@@ -163,7 +164,9 @@ def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: lis
                     ms = time_passes(decoder, mode, sessions[:n], [[t] for t in text[:n]], keep)
                 samples[table, ct, mode, n] += ms
         log(f"pass_ms: round {rnd + 1}/{repeat} done")
-    report = {"passes_per_sample": PASSES, "windows": names, "block_rows": {ct: setups[ct][0].pass_shape.rows for ct in types}}
+    shapes = {ct: setups[ct][0].pass_shape for ct in types}
+    report = {"passes_per_sample": PASSES, "windows": names, "block_rows": {ct: s.rows for ct, s in shapes.items()},
+              "query_block": {ct: s.query_block for ct, s in shapes.items()}}
     for table, sizes in (("by_rows", rows), ("by_sequences", seqs)):
         report[table] = {
             ct: {m: {str(n): summary(samples[table, ct, m, n]) for n in sizes} for m in MODES} for ct in types
@@ -421,7 +424,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="-", help="JSON output path (default: stdout)")
     p.add_argument("--repeat", type=int, default=3, help="interleaved rounds per section")
     p.add_argument("--sections", default=",".join(SECTIONS), help="comma list of " + ", ".join(SECTIONS))
-    p.add_argument("--compute-types", default="float32,bfloat16", help="compute types of pass_ms; TYPE:N sets the pass block to N rows")
+    p.add_argument("--compute-types", default="float32,bfloat16", help="compute types of pass_ms; TYPE:N sets the pass block to N rows, TYPE:N:Q the query block to Q")
     p.add_argument("--spec-compute", default="auto", help="compute type of throughput and engines")
     p.add_argument("--threads", type=int, default=0, help="threads for both engines (0: library default)")
     p.add_argument("--clips", default="", help="comma list of clips for engines (default: all)")

@@ -70,6 +70,7 @@ class Config:
     keep_context: float = DEFAULT.keep_context
     update_interval: float | None = None  # None: --update-interval
     language: str | None = "en"  # None: detected (pipeline/language.py)
+    query_block: int = 0  # attention query rows per call of a target pass (0: the engine's default)
 
 
 CONFIGS = {
@@ -85,6 +86,7 @@ CONFIGS = {
     "spec-kc0": Config(keep_context=0.0),  # the buffer cut at every committed sentence end
     "spec-kc0-pause": Config(keep_context=0.0, pause_commit=0.3),
     "spec-autolang": Config(language=None),
+    "spec-qb1": Config(query_block=1),  # every attention row its own call (the engine before query blocks)
     "ct2": Config(engine="ct2", draft="none"),
     "ct2+translate": Config(engine="ct2", draft="none", translate=True),
     "ct2-fullwindow": Config(engine="ct2", draft="none", encoder_pad=30.0),
@@ -271,7 +273,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
     truths: {clip: human or script transcript}; those clips also get the WER of the streamed and the batch
     text against it, and their difference (the issue's goal: streaming within 2 points of batch)."""
     c = CONFIGS[config]
-    tr = engine(c.engine, c.draft)
+    tr = engine(c.engine, c.draft, c.query_block)
     options = StreamOptions(
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
@@ -359,14 +361,14 @@ def main(argv=None) -> int:
     truths = clip_truths(args.clips.split(","))
     load_start = os.getloadavg()[0]
 
-    engines: dict[tuple[str, str], object] = {}
+    engines: dict[tuple[str, str, int], object] = {}
 
-    def engine(name: str, draft: str):
-        if (name, draft) not in engines:
-            engines[(name, draft)] = load_transcriber(
-                EngineOptions(engine=name, model=args.model, draft=draft, threads=args.threads)
+    def engine(name: str, draft: str, query_block: int = 0):
+        if (name, draft, query_block) not in engines:
+            engines[(name, draft, query_block)] = load_transcriber(
+                EngineOptions(engine=name, model=args.model, draft=draft, threads=args.threads, query_block=query_block)
             )
-        return engines[(name, draft)]
+        return engines[(name, draft, query_block)]
 
     # reference word times: a batch decode with word timestamps on the default engine, untimed (not
     # ct2: once CTranslate2 has run in a process, torch's passes there are about 1.7x slower)

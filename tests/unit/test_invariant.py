@@ -62,8 +62,9 @@ def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, q
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rejected_cache_slots_do_not_change_the_next_logits(dtype):
-    decoder, encs = _decoder(dtype)
+@pytest.mark.parametrize("query_block", [1, 4])
+def test_rejected_cache_slots_do_not_change_the_next_logits(dtype, query_block):
+    decoder, encs = _decoder(dtype, query_block=query_block)
     a, b = decoder.session(encs[0]), decoder.session(encs[0])
     a.forward([1, 2, 3, 4])
     b.forward([1, 2, 3, 4, 9, 9, 9])  # three drafted tokens, all rejected
@@ -101,19 +102,30 @@ def test_row_blocks_pad_and_map():
     assert RowBlocks(0, 5).pad(torch.ones(5, 2)).shape == (5, 2)
 
 
-def test_attend_groups_the_prompt_and_splits_the_rest_by_key_length():
+@pytest.mark.parametrize("query_block", [1, 4])
+def test_attend_groups_the_prompt_and_puts_each_later_row_in_its_position_block(query_block):
     torch.manual_seed(1)
     q, k, v = torch.randn(6, 2, 8), torch.randn(1, 2, 32, 8), torch.randn(1, 2, 32, 8)
-    mask = torch.arange(32)[None] <= torch.arange(10, 16)[:, None]  # rows at positions 10..15
-    lengths = PassShape(rows=4, key_block=12).key_lengths(10, 6, 32)
-    assert lengths == [12, 12, 24, 24, 24, 24]
-    got = attend(q, k, v, mask, group=2, key_lengths=lengths)
-    for i in range(2, 6):  # every later row equals its own single-row call over its own keys
-        n = lengths[i]
-        one = attend(q[i : i + 1], k[:, :, :n], v[:, :, :n], mask[i : i + 1, :n], invariant=False)
-        assert torch.equal(got[i], one[0])
-    full = attend(q, k, v, mask, invariant=False)  # masking makes the key length irrelevant up to rounding
+    shape = PassShape(rows=4, key_block=12, query_block=query_block)
+    assert [shape.key_length(p, 32) for p in (10, 11, 12, 23, 24, 40)] == [12, 12, 24, 24, 32, 32]
+    got = attend(q, k, v, None, invariant=True, start=10, group=2, shape=shape)
+    b = shape.query_block
+    for i in range(2, 6):  # every later row equals its own position's block with the row alone in it
+        p = 10 + i
+        b0, n = p - p % b, shape.key_length(p - p % b + b - 1, 32)
+        alone = torch.zeros(b, 2, 8)
+        alone[p - b0] = q[i]
+        mask = torch.arange(n)[None] <= torch.arange(b0, b0 + b)[:, None]
+        one = attend(alone, k[:, :, :n], v[:, :, :n], mask)
+        assert torch.equal(got[i], one[p - b0])
+    mask = torch.arange(32)[None] <= torch.arange(10, 16)[:, None]
+    full = attend(q, k, v, mask)  # masking makes the key length irrelevant up to rounding
     torch.testing.assert_close(got, full, atol=1e-5, rtol=1e-5)
+
+
+def test_a_query_block_must_divide_the_key_block():
+    with pytest.raises(ValueError):
+        PassShape(key_block=64, query_block=3)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
