@@ -86,6 +86,8 @@ CONFIGS = {
     "spec-kc0": Config(keep_context=0.0),  # the buffer cut at every committed sentence end
     "spec-kc0-pause": Config(keep_context=0.0, pause_commit=0.3),
     "spec-autolang": Config(language=None),
+    "spec-u03": Config(update_interval=0.3),
+    "spec-u02": Config(update_interval=0.2),
     "spec-qb1": Config(query_block=1),  # every attention row its own call (the engine before query blocks)
     "ct2": Config(engine="ct2", draft="none"),
     "ct2+translate": Config(engine="ct2", draft="none", translate=True),
