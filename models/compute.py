@@ -121,12 +121,14 @@ def pass_rows_for(compute_type: str, device: str) -> int:
 
 
 def query_block_for(compute_type: str, device: str) -> int:
-    """Cross-attention query rows per call of a batch-invariant pass (PassShape.query_block).
+    """Attention query rows per call of a batch-invariant pass (PassShape.query_block).
 
-    Measured on a 2-core AMD EPYC with AVX512-BF16 (torch 2.13, 8 heads, 1500 keys, keys out of
-    cache): torch's bf16 attention takes 0.83-1.06 ms for a 1-row query, 0.44-0.48 ms for 2 or 4
-    rows, 0.53 ms for 8; float32 takes 0.33-0.53 ms for 1 row and 0.6-0.7 ms for 2-4. So bf16
-    attends in blocks of 4 (cheaper even for a lone row), float32 row by row. CUDA: untested, 1.
+    Measured on a 2-core AMD EPYC with AVX512-BF16 (torch 2.13, 8 heads): torch's bf16 attention
+    over 1500 encoder keys (out of cache) takes 0.83-1.06 ms for a 1-row query, 0.44-0.48 ms for 2
+    or 4 rows, 0.53 ms for 8; over 64-448 cached keys, 59-302 us for 1 row, 39-106 us for 4.
+    float32 is fast row by row (0.33-0.53 ms cross, 19-60 us self) and slower in blocks. So bf16
+    attends in blocks of 4 (cheaper even for a lone row), float32 row by row; whole passes in
+    docs/benchmarks.md ("Attention in query blocks"). CUDA: untested, 1.
     """
     if device == "cuda" or compute_type != "bfloat16":
         return 1
