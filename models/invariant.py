@@ -103,31 +103,28 @@ def attend(
     keys: torch.Tensor,  # (1, H, L, Dh): the cache (L = its capacity on the invariant path)
     values: torch.Tensor,  # (1, H, L, Dh)
     mask: torch.Tensor | None,  # (T, L) bool, True = attend; None = every key (plain path only)
-    invariant: bool = False,
     start: int = 0,  # position of the first row (invariant path)
     group: int = 0,  # leading rows attended together (the prompt)
-    shape: "PassShape | None" = None,  # the key and query blocks (invariant path)
+    shape: "PassShape | None" = None,  # the key and query blocks; None = the plain path
 ) -> torch.Tensor:  # (T, H, Dh)
     """Causal self-attention of one sequence's rows.
 
-    invariant=False: one call over all T rows and L keys with `mask` (fastest; the kernel depends
-    on T). invariant=True: rows [0, group) in one call over the keys the group's last row reads;
+    shape None: one call over all T rows and L keys with `mask` (fastest; the kernel depends on
+    T). With a shape (batch-invariant): rows [0, group) in one call over the keys the group's last row reads;
     every later row in the block of ``shape.query_block`` positions that holds its own position
     (block b holds positions b*query_block ..), one call per block over the keys the block's last
     position reads, absent positions as zero queries. A row's call then depends on its position
     alone: its slot, its key length and its mask are the same in a one-token step, a verify pass
     or a batch.
     """
-    if not invariant:
+    if shape is None:
         out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask)  # (1, H, T, Dh)
         return out[0].transpose(0, 1)
-    shape = shape or PassShape()
     t, capacity, size = q.shape[0], keys.shape[2], shape.query_block
     out = q.new_empty(q.shape)
     if group:
         n = shape.key_length(start + group - 1, capacity)
-        m = torch.arange(n, device=q.device)[None] <= torch.arange(start, start + group, device=q.device)[:, None]
-        out[:group] = attend(q[:group], keys[:, :, :n], values[:, :, :n], m)
+        out[:group] = attend(q[:group], keys[:, :, :n], values[:, :, :n], causal_mask(start, group, n, q.device))
     first = start + group
     for b0 in range(first - first % size, start + t, size):  # b0: the block's first position
         lo, hi = max(b0, first), min(b0 + size, start + t)  # the rows of this pass in the block
@@ -136,15 +133,19 @@ def attend(
         if hi - lo < size:
             block = torch.cat([q.new_zeros(lo - b0, *q.shape[1:]), block, q.new_zeros(b0 + size - hi, *q.shape[1:])])
         got = F.scaled_dot_product_attention(block.transpose(0, 1)[None], keys[:, :, :n], values[:, :, :n],
-                                             attn_mask=_causal_mask(b0, size, n, q.device))  # (1, H, size, Dh)
+                                             attn_mask=_block_mask(b0, size, n, q.device))  # (1, H, size, Dh)
         out[lo - start : hi - start] = got[0, :, lo - b0 : hi - b0].transpose(0, 1)
     return out
 
 
-@functools.lru_cache(maxsize=512)
-def _causal_mask(first: int, rows: int, keys: int, device: torch.device) -> torch.Tensor:
+def causal_mask(first: int, rows: int, keys: int, device: torch.device | str) -> torch.Tensor:
     """(rows, keys) bool: row i (position first + i) attends to positions <= first + i."""
     return torch.arange(keys, device=device)[None] <= torch.arange(first, first + rows, device=device)[:, None]
+
+
+# a query block's mask depends on its first position only (at most n_ctx / query_block of them);
+# a prompt's mask is built once per prompt, uncached
+_block_mask = functools.lru_cache(maxsize=512)(causal_mask)
 
 
 def attend_blocks(

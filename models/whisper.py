@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks
+from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks, causal_mask
 from specscribe.models.kv_cache import KVCache
 from specscribe.models.weights import Ct2Model, WhisperDims
 
@@ -126,7 +126,7 @@ class DecoderLayer(nn.Module):
         for s in seqs:
             rows = slice(s.row0, s.row0 + s.n)
             keys, values = s.cache.write(index, k[rows].view(s.n, h, -1), v[rows].view(s.n, h, -1), full=invariant)
-            out = attend(q[rows].view(s.n, h, -1), keys, values, s.mask, invariant, s.start, s.group, shape)
+            out = attend(q[rows].view(s.n, h, -1), keys, values, s.mask, s.start, s.group, shape)
             a[rows] = out.reshape(s.n, d)
         x = x + blocks.map(self.out, a)
 
@@ -229,7 +229,7 @@ class TextDecoder(nn.Module):
             group = n if part.prompt_rows is None and start == 0 else min(part.prompt_rows or 0, n)
             mask = None
             if shape is None and n > 1:  # row i attends to positions <= start + i (attend builds its own)
-                mask = session.positions[: start + n].unsqueeze(0) <= session.positions[start : start + n].unsqueeze(1)
+                mask = causal_mask(start, n, start + n, session.positions.device)
             seqs.append(_SeqRows(row0, n, start, session.cache, session.cross, mask, group))
             ids += part.tokens
             positions.append(session.positions[start : start + n])

@@ -108,7 +108,7 @@ def test_attend_groups_the_prompt_and_puts_each_later_row_in_its_position_block(
     q, k, v = torch.randn(6, 2, 8), torch.randn(1, 2, 32, 8), torch.randn(1, 2, 32, 8)
     shape = PassShape(rows=4, key_block=12, query_block=query_block)
     assert [shape.key_length(p, 32) for p in (10, 11, 12, 23, 24, 40)] == [12, 12, 24, 24, 32, 32]
-    got = attend(q, k, v, None, invariant=True, start=10, group=2, shape=shape)
+    got = attend(q, k, v, None, start=10, group=2, shape=shape)
     b = shape.query_block
     for i in range(2, 6):  # every later row equals its own position's block with the row alone in it
         p = 10 + i
