@@ -25,7 +25,7 @@ $(PY):
 # letting a dependency pull torch would fetch a multi-GB CUDA build.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,ray]'
 	touch $@
 
 $(ASSETS): $(STAMP)

@@ -29,7 +29,8 @@ import numpy as np
 
 from specscribe.models.engines import EngineOptions, Transcriber
 from specscribe.models.errors import ModelError
-from specscribe.pipeline.audio import SAMPLE_RATE, AudioError, load_audio
+from specscribe.pipeline.audio import SAMPLE_RATE, AudioError
+from specscribe.pipeline.inputs import AudioLoader, InputItem, probe_duration, read_item, seconds_after
 from specscribe.pipeline.lanes import Lane, LaneRunner
 from specscribe.pipeline.longform import (
     FilePlan, LaneOutput, LongformOptions, Transcript, lane_program, merge_lanes, plan_file, split_lanes,
@@ -40,27 +41,6 @@ from specscribe.pipeline.writers import WriterOptions, output_paths, write_outpu
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 16  # the fastest of 1, 4, 8, 16 in scripts/bench_batch.py (docs/benchmarks.md)
-MEDIA_EXTENSIONS = frozenset(
-    "wav flac mp3 m4a aac ogg oga opus wma aif aiff alac amr au caf mka webm "
-    "mp4 m4v mkv mov avi mpg mpeg ts mts 3gp flv wmv".split()
-)
-
-
-@dataclass(frozen=True)
-class InputItem:
-    """One thing to transcribe.
-
-    Attributes:
-        display: the name used in messages (path as found, or "-").
-        path: the file, or None for stdin.
-        stem: output path without extension, relative to the output folder.
-        data: the bytes read from stdin.
-    """
-
-    display: str
-    path: Path | None
-    stem: Path
-    data: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -103,61 +83,6 @@ class BatchReport:
     wall_seconds: float = 0.0
 
 
-def collect_inputs(args: Sequence[str], stdin: bytes | None = None) -> tuple[list[InputItem], list[str]]:
-    """Expand files and directories (walked recursively for media extensions) into items.
-
-    Returns (items, errors): errors are one-line messages for inputs that do not exist or
-    directories without media files. Explicit files are tried whatever their extension.
-    """
-    items: list[InputItem] = []
-    errors: list[str] = []
-    for arg in args:
-        if arg == "-":
-            items.append(InputItem("-", None, Path("stdin"), stdin if stdin is not None else b""))
-            continue
-        path = Path(arg)
-        if path.is_dir():
-            found = sorted(
-                p for p in path.rglob("*")
-                if p.is_file() and p.suffix.lower().lstrip(".") in MEDIA_EXTENSIONS
-                and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
-            if not found:
-                errors.append(f"{arg}: no audio or video files in this directory")
-            items += [InputItem(str(p), p, p.relative_to(path).with_suffix("")) for p in found]
-        elif path.exists():
-            items.append(InputItem(arg, path, Path(path.stem)))
-        else:
-            errors.append(f"{arg}: no such file or directory")
-    return _dedupe_stems(items), errors
-
-
-def _dedupe_stems(items: list[InputItem]) -> list[InputItem]:
-    """Two inputs with the same stem (a.wav, a.mp3) keep their extension in the output name."""
-    counts: dict[Path, int] = {}
-    for item in items:
-        counts[item.stem] = counts.get(item.stem, 0) + 1
-    out = []
-    for item in items:
-        if counts[item.stem] > 1 and item.path is not None:
-            item = replace(item, stem=item.stem.with_name(item.path.name))
-        out.append(item)
-    return out
-
-
-def probe_duration(item: InputItem) -> float:
-    """Container duration in seconds without decoding (0.0 when unknown or unreadable)."""
-    if item.path is None:
-        return len(item.data or b"") / 32000  # a rough guess for the progress bar only
-    try:
-        import av
-
-        with av.open(str(item.path), metadata_errors="ignore") as container:
-            return (container.duration or 0) / 1_000_000
-    except Exception:  # a bad file is reported when it is really read
-        return 0.0
-
-
 def lanes_for_file(batch_size: int, seconds: float, seconds_left: float) -> int:
     """Stretches to cut a file of ``seconds`` into, when ``seconds_left`` of audio (this file's
     included) remain: its share of the batch, at least one. The last file gets the whole batch."""
@@ -180,7 +105,6 @@ class _FileJob:
 
 Report = Callable[[InputItem, "Transcript | None", str], None]  # (item, transcript or None, reason)
 
-
 class _FileRun:
     """Items -> lanes -> transcripts -> outputs, over one transcriber (one process)."""
 
@@ -189,16 +113,20 @@ class _FileRun:
         self.runner = LaneRunner(transcriber.decode_loop(), max(1, options.batch_size))
         self._files: dict[int, _FileJob] = {}
 
-    def run(self, items: Sequence[InputItem], durations: Sequence[float]) -> None:
-        """durations: each item's probed seconds (0 if unknown), for the lane layout."""
-        self.runner.run(self._lanes(items, durations), self._lane_done, self._lane_failed)
+    def run(self, items: Sequence[InputItem], after: Sequence[float], load: AudioLoader | None = None) -> None:
+        """after[n]: probed seconds of the run's items after items[n] (lanes_for_file's layout;
+        a Ray block passes the whole run's figure, so its files get the lanes of a local run).
+        load: an item's float32 16 kHz audio (default: read and decode its file or bytes)."""
+        self.runner.run(self._lanes(items, after, load or read_item), self._lane_done, self._lane_failed)
 
-    def _lanes(self, items: Sequence[InputItem], durations: Sequence[float]) -> Iterator[tuple[tuple[int, int], Lane]]:
+    def _lanes(
+        self, items: Sequence[InputItem], after: Sequence[float], load: AudioLoader
+    ) -> Iterator[tuple[tuple[int, int], Lane]]:
         longform = self.options.longform
         for n, item in enumerate(items):
             started = time.perf_counter()
             try:
-                audio = load_audio(item.data if item.path is None else item.path)
+                audio = load(item)
                 duration = len(audio) / SAMPLE_RATE
                 if self.progress is not None:
                     self.progress.start_file(n, item.display, duration)
@@ -208,7 +136,7 @@ class _FileRun:
             except Exception as exc:  # one line for this file, then the next
                 self._fail(n, item, exc)
                 continue
-            left = duration + sum(durations[n + 1 :])
+            left = duration + after[n]
             stretches = split_lanes(plan.windows, lanes_for_file(self.options.batch_size, duration, left))
             self._files[n] = _FileJob(item, audio, plan, len(stretches), started)
             if not stretches:  # no speech at all
@@ -275,12 +203,22 @@ def _should_skip(item: InputItem, options: BatchOptions) -> bool:
     return all(p.is_file() for p in output_paths(options.output_dir / item.stem, options.formats, translation))
 
 
+def pending(items: Sequence[InputItem], options: BatchOptions) -> tuple[list[InputItem], int]:
+    """(the items to do, how many --skip-existing skips)."""
+    todo = [it for it in items if not _should_skip(it, options)]
+    return todo, len(items) - len(todo)
+
+
+def threads_per_worker(options: BatchOptions, workers: int) -> int:
+    """--threads, or this machine's cores shared among the workers."""
+    return options.engine.threads or max(1, (os.cpu_count() or 1) // workers)
+
+
 def run_batch(items: Sequence[InputItem], options: BatchOptions, err: TextIO | None = None) -> BatchReport:
     """Transcribe every item; one error line per bad item on err. Raises ModelError if the model fails to load."""
     err = err or sys.stderr
     started = time.perf_counter()
-    todo = [it for it in items if not _should_skip(it, options)]
-    skipped = len(items) - len(todo)
+    todo, skipped = pending(items, options)
     if not todo:
         return BatchReport(skipped=skipped, wall_seconds=time.perf_counter() - started)
     workers = max(1, min(options.workers, len(todo)))
@@ -316,7 +254,7 @@ def _run_here(
             counts["done"] += 1
             counts["audio"] += transcript.duration
 
-    _FileRun(transcriber, options, progress, report).run(items, durations)
+    _FileRun(transcriber, options, progress, report).run(items, seconds_after(durations))
     return counts["done"], counts["failed"], counts["audio"]
 
 
@@ -349,7 +287,7 @@ def _worker(items: list[InputItem], options: BatchOptions, events) -> None:
             events.put(("done", item.display, "", transcript.duration))
 
     try:
-        _FileRun(transcriber, options, None, report).run(items, [probe_duration(it) for it in items])
+        _FileRun(transcriber, options, None, report).run(items, seconds_after([probe_duration(it) for it in items]))
     except ModelError as exc:
         events.put(("fatal", "", str(exc), 0.0))
         return
@@ -357,7 +295,7 @@ def _worker(items: list[InputItem], options: BatchOptions, events) -> None:
 
 
 def _run_workers(items: Sequence[InputItem], options: BatchOptions, n: int, err: TextIO, progress: BatchProgress):
-    threads = options.engine.threads or max(1, (os.cpu_count() or 1) // n)
+    threads = threads_per_worker(options, n)
     options = replace(options, engine=replace(options.engine, threads=threads))
     ctx = multiprocessing.get_context("spawn")
     events = ctx.Queue()

@@ -1,7 +1,8 @@
 """Progress bars for batch transcription: one for the batch, one for each file in progress.
 
 Several files can be in progress at once (their lanes share the engine's passes), each with its
-own bar under the batch bar. Bars count seconds of audio and show speed as × real time and an
+own bar under the batch bar. Bars count seconds of audio (the batch bar hours, for a batch of an hour
+or more) and show speed as × real time and an
 ETA. They go to stderr and are off when stderr is not a terminal or with --quiet (then every
 method only keeps the counts).
 """
@@ -25,14 +26,18 @@ class BatchProgress:
         self.started = time.perf_counter()
         self._batch = None
         self._files: dict[Hashable, list] = {}  # key -> [seconds counted, bar or None, slot]
+        # the batch bar counts audio in seconds, or in hours for a batch of an hour or more
+        self._unit, self._scale = ("h", 3600.0) if total_seconds >= 3600 else ("s", 1.0)
         if enabled:
             from tqdm import tqdm
 
+            digits = 2 if self._unit == "h" else 0
             self._tqdm = tqdm
             self._batch = tqdm(
-                total=round(max(total_seconds, 0.0), 1) or None, unit="s", desc=f"batch 0/{n_files}",
-                file=self.stream, position=0, leave=True, dynamic_ncols=True,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}{postfix}]",
+                total=round(max(total_seconds, 0.0) / self._scale, 3) or None, unit=self._unit,
+                desc=f"batch 0/{n_files}", file=self.stream, position=0, leave=True, dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| "
+                f"{{n:.{digits}f}}/{{total:.{digits}f}} {self._unit} audio [{{elapsed}}<{{remaining}}{{postfix}}]",
             )
 
     @staticmethod
@@ -74,7 +79,7 @@ class BatchProgress:
     def _advance_batch(self, step: float) -> None:
         self.audio_done += step
         if self.enabled and step:
-            self._batch.update(round(step, 2))
+            self._batch.update(round(step / self._scale, 5))
             wall = time.perf_counter() - self.started
             self._batch.set_postfix_str(f"{self.audio_done / wall:.1f}x real time" if wall > 0 else "")
 

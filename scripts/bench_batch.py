@@ -159,13 +159,9 @@ def main(argv: list[str] | None = None) -> int:
             "speedup_over_fw_transcribe": round(report_sides[theirs]["wall_s_median"] / report_sides[ours]["wall_s_median"], 3),
             "slowdown_over_greedy": round(report_sides[ours]["wall_s_median"] / report_sides[default]["wall_s_median"], 3),
         }
-    text = json.dumps(report, indent=2)
-    if args.out == "-":
-        print(text)
-    else:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
+    from specscribe.machine import write_report
+
+    write_report(report, args.out)
     return 0
 
 

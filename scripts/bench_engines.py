@@ -44,12 +44,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import resource
 import statistics
 import sys
 import time
-from pathlib import Path
 
 SECTIONS = ("pass_ms", "throughput", "engines")
 PASSES = 5  # timed passes per variant and round in pass_ms
@@ -474,12 +472,9 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         **sections,
     }
-    text = json.dumps(report, indent=2)
-    if args.out == "-":
-        print(text)
-    else:
-        Path(args.out).write_text(text + "\n")
-        log(f"wrote {args.out}")
+    from specscribe.machine import write_report
+
+    write_report(report, args.out)
     return 0
 
 

@@ -70,3 +70,17 @@ def machine_info(compute_type: str | None = None, since: tuple[int, int] | None 
     if since is not None:
         info["cpu_steal_share"] = steal_share(since, cpu_times())
     return info
+
+
+def write_report(report: dict, out: str) -> None:
+    """A benchmark's JSON to the path `out` (folders made), or to stdout for "-"; "wrote PATH" on stderr."""
+    import json
+    import sys
+
+    text = json.dumps(report, indent=2)
+    if out == "-":
+        print(text)
+        return
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text + "\n")
+    print(f"wrote {out}", file=sys.stderr)

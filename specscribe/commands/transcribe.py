@@ -54,7 +54,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="windows decoded together, sharing each model pass: across files, and across "
                    "stretches of a long file (each conditioned on its own text); 1 = one window at a time, "
                    "in order (default: %d)" % DEFAULT_BATCH_SIZE)
-    r.add_argument("--workers", type=int, default=1, help="processes, each with its own model")
+    r.add_argument("--workers", type=int, default=1,
+                   help="processes (with --ray: Ray actors), each with its own model (default: %(default)s)")
+    r.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="run through Ray Data: 'local' starts Ray on this machine, else a cluster address "
+                   "('auto', 'ray://head:10001'); the output folder must be shared by every node "
+                   "(needs the ray extra: pip install 'specscribe[ray]')")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
     p.set_defaults(func=run)
 
@@ -65,7 +70,8 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specscribe.pipeline.batch import BatchOptions, collect_inputs, run_batch, summary_line
+    from specscribe.pipeline.batch import BatchOptions, run_batch, summary_line
+    from specscribe.pipeline.inputs import collect_inputs
     from specscribe.pipeline.longform import LongformOptions
     from specscribe.pipeline.writers import WriterOptions, parse_formats
 
@@ -113,7 +119,16 @@ def run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         batch_size=batch_size,
     )
-    report = run_batch(items, options)  # ModelError propagates: the CLI prints one line, exit 1
+    if args.ray is not None:
+        try:
+            from specscribe.pipeline.ray_batch import RayOptions, run_ray_batch, import_ray
+
+            import_ray()
+        except ImportError as exc:
+            return _fail(str(exc))
+        report = run_ray_batch(items, options, RayOptions(address=args.ray, workers=args.workers))
+    else:
+        report = run_batch(items, options)  # ModelError propagates: the CLI prints one line, exit 1
     if not args.quiet:
         print(summary_line(report), file=sys.stderr)
     return 1 if (errors or report.failed) else 0

@@ -36,6 +36,7 @@ BENCHES = [
     ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec", "--repeat", "1"]),
     ("bench_server.py", ["--clients", "2", "--configs", "spec", "--stream-seconds", "3"]),
     ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2"]),
+    ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--ray-sides", "ray1"]),
 ]
 
 _outputs: dict[str, dict] = {}
@@ -155,3 +156,12 @@ def test_bench_encoder_sections(tmp_path_factory):
     report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
     assert [(r["window_s"], r["batch"]) for r in report["rows"]] == [(6.0, 1), (6.0, 2)]
     assert all(0 < r["s_per_window_min"] <= r["s_per_window_median"] for r in report["rows"])
+
+
+def test_bench_scaleout_sections(tmp_path_factory):
+    script, args = next(b for b in BENCHES if b[0] == "bench_scaleout.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    assert set(report["sides"]) == {"local_small", "ray1_small", "local_full", "ray1_full"}
+    assert all(side["identical_text"] for side in report["sides"].values())  # Ray writes the local run's text
+    assert report["folders"]["full"]["files"] == 6 and report["folders"]["small"]["files"] == 1
+    assert set(report["ray_overhead"]) == {"ray1"}

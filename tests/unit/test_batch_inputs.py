@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specscribe.pipeline.batch import (
-    BatchOptions,
-    BatchReport,
-    InputItem,
-    _should_skip,
-    _split,
-    collect_inputs,
-    summary_line,
-)
+from specscribe.pipeline.batch import BatchOptions, BatchReport, _should_skip, _split, summary_line
+from specscribe.pipeline.inputs import InputItem, collect_inputs, seconds_after
 
 
 def _touch(path: Path, size: int = 10) -> Path:
@@ -87,3 +80,8 @@ def test_the_cli_default_batch_size_is_the_pipelines():
     from specscribe.pipeline.batch import DEFAULT_BATCH_SIZE, BatchOptions
 
     assert cli_default == DEFAULT_BATCH_SIZE == BatchOptions().batch_size
+
+
+def test_seconds_after_counts_the_audio_still_to_come():
+    assert seconds_after([3.0, 5.0, 2.0]) == [7.0, 2.0, 0.0]
+    assert seconds_after([]) == []

@@ -1,0 +1,58 @@
+"""pipeline/ray_batch.py without a Ray instance: the rows the driver builds, the decode task's
+outcome for good and bad files, and the one-line hint when Ray is not installed."""
+
+from __future__ import annotations
+
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+
+from specscribe.pipeline.inputs import InputItem
+from specscribe.pipeline.ray_batch import decode_row, file_rows, row_item
+
+
+def _wav(path: Path, seconds: float) -> Path:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(np.zeros(int(seconds * 16000), "<i2").tobytes())
+    return path
+
+
+def test_rows_carry_each_files_place_and_the_audio_after_it(tmp_path):
+    a, b = _wav(tmp_path / "a.wav", 1.0), _wav(tmp_path / "b.wav", 1.0)
+    items = [InputItem("a.wav", a, Path("a")), InputItem("-", None, Path("stdin"), b"bytes"),
+             InputItem("sub/b.wav", b, Path("sub/b"))]
+    rows = file_rows(items, [3.0, 5.0, 2.0])
+    assert [r["after"] for r in rows] == [7.0, 2.0, 0.0]  # what lanes_for_file sees in a local run
+    assert [r["index"] for r in rows] == [0, 1, 2]
+    assert rows[0]["path"] == str(a.resolve()) and rows[1]["path"] == "" and rows[1]["data"] == b"bytes"
+    assert [row_item(r) for r in rows] == [
+        InputItem("a.wav", a.resolve(), Path("a")), items[1], InputItem("sub/b.wav", b.resolve(), Path("sub/b"))
+    ]
+
+
+def test_decode_task_gives_the_audio_or_the_reason(tmp_path):
+    good = file_rows([InputItem("a.wav", _wav(tmp_path / "a.wav", 1.5), Path("a"))], [0.0])[0]
+    out = decode_row(good)
+    assert out["error"] == "" and out["audio"].dtype == np.float32 and len(out["audio"]) == 24000
+    assert "data" not in out  # stdin's bytes do not travel on once decoded
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF\x00\x00\x00\x00not audio")
+    out = decode_row(file_rows([InputItem("bad.wav", bad, Path("bad"))], [0.0])[0])
+    assert out["error"].startswith("not a readable audio file") and len(out["audio"]) == 0
+
+
+def test_without_ray_the_flag_says_how_to_install_it(monkeypatch, capsys, tmp_path):
+    from specscribe.cli import main
+
+    clip = _wav(tmp_path / "a.wav", 0.5)
+    out = tmp_path / "out"
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    code = main(["transcribe", str(clip), "-o", str(out), "--ray", "local"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == "specscribe: error: --ray needs Ray Data: pip install 'specscribe[ray]'"
+    assert not out.exists()
