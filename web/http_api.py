@@ -27,10 +27,15 @@ from specscribe.models.engines import Transcriber
 from specscribe.pipeline.audio import AudioError, load_audio
 from specscribe.pipeline.writers import alternatives_json
 from specscribe.web.protocol import MAX_BEAM, MAX_HOTWORDS
+from specscribe.web.replica import Lifecycle
 from specscribe.web.security import key_ok, origin_ok
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 FORM_OVERHEAD = 65536  # bytes of multipart framing and text fields allowed on top of max_upload_bytes
+REFUSALS = {  # Lifecycle.refusal() -> the 503's message
+    "loading": "the server is still loading its model; try again shortly",
+    "draining": "the server is shutting down; send the request again (to another replica)",
+}
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +101,14 @@ class _ScheduledTranscriber:
 
 
 class RestApi:
-    """The REST routes of one server. `scheduler` is set by the app's lifespan."""
+    """The REST routes of one server. `transcriber` (when it is loaded later) and `scheduler` are set by the
+    app's lifespan; `lifecycle` admits calls (503 while loading or draining) and lets a drain wait for them
+    (without one, as in tests of the form parsing, a fresh Lifecycle: loading, so every call gets 503)."""
 
-    def __init__(self, transcriber: Transcriber, options: Any) -> None:
+    def __init__(self, transcriber: Transcriber | None, options: Any, lifecycle: Lifecycle | None = None) -> None:
         self.transcriber = transcriber
         self.options = options
+        self.lifecycle = lifecycle or Lifecycle()
         self.scheduler: Any = None
         self._slots = asyncio.Semaphore(options.max_rest_jobs)
 
@@ -114,6 +122,7 @@ class RestApi:
     async def models(self, request: Request) -> Response:
         try:
             self._check_access(request)
+            self._check_admitted()
         except ApiError as exc:
             return exc.response()
         from specscribe.web.server import public_model_name
@@ -130,6 +139,14 @@ class RestApi:
     async def _handle(self, request: Request, task: str) -> Response:
         try:
             self._check_access(request)
+            self._check_admitted()
+        except ApiError as exc:
+            return exc.response()
+        with self.lifecycle.hold():  # a drain waits for the call to end
+            return await self._transcription(request, task)
+
+    async def _transcription(self, request: Request, task: str) -> Response:
+        try:
             fields, data = await self._read_form(request)
             fmt = fields.get("response_format") or "json"
             if fmt not in FORMATS:
@@ -160,6 +177,12 @@ class RestApi:
         if not key_ok(security, request.headers, request.query_params):
             raise ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key")
 
+    def _check_admitted(self) -> None:
+        """503 while the model loads or the server drains: a load balancer sends the call elsewhere."""
+        refusal = self.lifecycle.refusal()
+        if refusal is not None:
+            raise ApiError(503, REFUSALS[refusal], code=refusal)
+
     async def _read_form(self, request: Request) -> tuple[dict[str, Any], bytes]:
         limit = self.options.max_upload_bytes
         length = request.headers.get("content-length")
@@ -189,8 +212,6 @@ class RestApi:
                           search: dict[str, Any]):
         from specscribe.pipeline.longform import LongformOptions, transcribe_audio
 
-        if self.scheduler is None:
-            raise ApiError(503, "server is starting")
         if language is not None and not self.transcriber.is_multilingual and language != "en":
             raise ApiError(400, f"the loaded model is English-only; language {language!r} is not available", "language")
         from specscribe.web.server import model_languages

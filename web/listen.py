@@ -84,11 +84,12 @@ class ListenContext:
 
 @dataclass(frozen=True)
 class _Stop:
-    """Inbox item: flush, optionally send an error, then close with code."""
+    """Inbox item: flush (with the resampler's tail when `tail`: a clean end), optionally send an error, then close with code."""
 
     code: int
     error: dict[str, Any] | None = None
     reason: str = "close"
+    tail: bool = False
 
 
 _FINALIZE = "finalize"
@@ -112,6 +113,8 @@ class Connection:
         self._backlog = 0.0  # seconds of 16 kHz audio in the inbox
         self._outbox: asyncio.Queue = asyncio.Queue(maxsize=self.limits.max_outgoing)
         self._done = asyncio.Event()
+        # after `close` or go_away(): keep reading (pongs, disconnects) but ignore data while finals flush
+        self._closing = False
         self._slow = False
         self._t0 = time.monotonic()
         self.audio_seconds = 0.0  # client audio received, seconds
@@ -191,9 +194,8 @@ class Connection:
 
     async def _read_loop(self) -> None:
         deadline = self._t0 + self.limits.max_session_seconds
-        closing = False  # after `close`: keep reading (pongs, disconnects) but ignore data while finals flush
         while True:
-            timeout = None if closing else min(self.limits.idle_timeout, deadline - time.monotonic())
+            timeout = None if self._closing else min(self.limits.idle_timeout, deadline - time.monotonic())
             try:
                 message = await _receive(self.ws, None if timeout is None else max(timeout, 0.0))
             except asyncio.TimeoutError:
@@ -208,14 +210,14 @@ class Connection:
                 self._done.set()
                 return
             data, text = message.get("bytes"), message.get("text")
-            if closing:
+            if self._closing:
                 continue
             if data is not None:
                 if not await self._on_audio(data):
                     return
             elif text is not None:
                 if not await self._on_text(text):
-                    closing = True
+                    self._closing = True
 
     async def _on_audio(self, data: bytes) -> bool:
         """Validate, resample and queue one audio frame. False when the session must stop."""
@@ -258,9 +260,15 @@ class Connection:
         if control.type == "finalize":
             self._inbox.put_nowait(_FINALIZE)
         elif control.type == "close":
-            self._inbox.put_nowait(_Stop(P.CloseCode.NORMAL, None, reason="close"))
+            self._inbox.put_nowait(_Stop(P.CloseCode.NORMAL, None, reason="close", tail=True))
             return False
         return True  # keepalive: receiving it reset the idle timer
+
+    def go_away(self) -> None:
+        """Finish the session as a client `close` does (every final, then `stats` with reason "draining"), but
+        close with 1001: the server is draining (web/replica.py) and the client should reconnect elsewhere."""
+        self._closing = True
+        self._inbox.put_nowait(_Stop(P.CloseCode.GOING_AWAY, None, reason="draining", tail=True))
 
     async def _stop_session_limit(self) -> None:
         msg = P.error_message(P.ErrorCode.SESSION_LIMIT, f"session reached the limit of {self.limits.max_session_seconds:g} s", fatal=True)
@@ -283,7 +291,7 @@ class Connection:
                     await self._flush("finalize", restart=True)
                     fresh = False
                 elif isinstance(item, _Stop):
-                    if item.code == P.CloseCode.NORMAL:
+                    if item.tail:
                         tail = self._resampler.flush()
                         if tail.size:
                             self._insert(tail)

@@ -35,10 +35,10 @@ class CloseCode:
     """WebSocket close codes the server uses (docs/protocol.md lists them)."""
 
     NORMAL = 1000  # after a `close` message: every final has been sent
-    GOING_AWAY = 1001  # the server is shutting down
+    GOING_AWAY = 1001  # the server is draining (SIGTERM): finals flushed, reconnect (to another replica)
     MESSAGE_TOO_BIG = 1009  # a frame over the frame limit
     INTERNAL_ERROR = 1011  # a server fault (logged server-side; no details sent)
-    TRY_AGAIN_LATER = 1013  # busy (max_clients sessions), or overloaded (a stream fell max_backlog_seconds behind)
+    TRY_AGAIN_LATER = 1013  # busy (max_clients, overloaded, loading, draining), or a stream fell max_backlog_seconds behind
     PROTOCOL_ERROR = 4000  # the first frame is not a valid config message
     INVALID_CONFIG = 4002  # config values out of range (sample rate, encoding, ...)
     IDLE_TIMEOUT = 4008  # no frame from the client for idle_timeout seconds
@@ -298,13 +298,19 @@ def error_message(code: str, message: str, *, fatal: bool) -> dict[str, Any]:
     return {"type": "error", "code": code, "message": message, "fatal": fatal}
 
 
-def busy_message(max_clients: int, overloaded: bool = False) -> dict[str, Any]:
-    """`busy`: the server has max_clients sessions, or (overloaded) its model cannot take another one."""
-    if overloaded:
-        message = "the server's model is at its limit (load level 3); try again later"
-    else:
-        message = f"the server is serving its maximum of {max_clients} sessions; try again later"
-    return {"type": "busy", "message": message, "max_clients": max_clients, "reason": "overloaded" if overloaded else "max_clients"}
+BUSY_REASONS = {  # `busy` reason -> its message; every one is followed by close 1013
+    "max_clients": "the server is serving its maximum of {max_clients} sessions; try again later",
+    "overloaded": "the server's model is at its limit (load level 3); try again later",
+    "loading": "the server is still loading its model; try again shortly",
+    "draining": "the server is shutting down; connect again (a load balancer sends you to another replica)",
+}
+
+
+def busy_message(max_clients: int, reason: str = "max_clients") -> dict[str, Any]:
+    """`busy`: no new session now, for `reason` (a key of BUSY_REASONS): the server has max_clients sessions,
+    its model is at its limit, it is still loading its model, or it is draining before it exits."""
+    message = BUSY_REASONS[reason].format(max_clients=max_clients)
+    return {"type": "busy", "message": message, "max_clients": max_clients, "reason": reason}
 
 
 def dumps(message: dict[str, Any]) -> str:

@@ -2,25 +2,26 @@
 
     /v1/listen                  WebSocket streaming API (web/listen.py, docs/protocol.md)
     /v1/audio/transcriptions    OpenAI-compatible batch endpoint (web/http_api.py); also /translations
-    /healthz                    liveness and load
+    /healthz                    readiness (503 while loading and draining: web/replica.py) and load
     /                           the live-caption page and its static files (web/static/)
 
 Why ASGI rather than the plain `websockets` server: the OpenAI endpoint needs POST bodies, which
 `websockets` cannot read. uvicorn's "websockets-sansio" protocol runs the same `websockets` library
 (its non-deprecated Sans-I/O core) with write back-pressure.
 
-One `ModelScheduler` owns the transcriber and is created inside the server's event loop; every
-connection builds its own session through it. Nothing per connection is stored on the app.
+One `ModelScheduler` owns the transcriber and is created inside the server's event loop once the model is
+loaded; every connection builds its own session through it. Nothing per connection is stored on the app.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, PlainTextResponse
@@ -29,11 +30,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from specscribe.models.engines import Transcriber
-from specscribe.pipeline.load import Load
 from specscribe.pipeline.scheduler import ModelScheduler, SchedulerOptions
 from specscribe.pipeline.types import StreamOptions
 from specscribe.web import protocol as P
 from specscribe.web.listen import ClientSlots, Connection, ListenContext, SessionFactory
+from specscribe.web.replica import Lifecycle, Phase, ReplicaServer, load_in_thread
 from specscribe.web.security import SecurityOptions, key_ok, origin_ok
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class ServerOptions:
         scheduler: the model scheduler's options (decode width, load policy).
         max_connections: open connections (HTTP and WebSocket together) before new requests get
             HTTP 503; bounds what idle or slow clients can hold (uvicorn's limit_concurrency).
+        drain_timeout: seconds a SIGTERM'd server waits for open sessions to end before it finishes them
+            (web/replica.py, docs/serving.md).
     """
 
     limits: P.Limits = field(default_factory=P.Limits)
@@ -74,6 +77,7 @@ class ServerOptions:
     max_rest_jobs: int = 2
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     max_connections: int = 64
+    drain_timeout: float = 20.0
 
 
 def default_session_factory() -> SessionFactory:
@@ -86,35 +90,66 @@ def default_session_factory() -> SessionFactory:
 
 
 def create_app(
-    transcriber: Transcriber,
+    transcriber: Transcriber | None,
     options: ServerOptions = ServerOptions(),
     make_session: SessionFactory | None = None,
+    *,
+    load: Callable[[], Transcriber] | None = None,
+    on_ready: Callable[[], None] = lambda: None,
 ) -> Any:
-    """The ASGI app. `make_session` defaults to pipeline.session.StreamSession (tests pass fakes)."""
+    """The ASGI app, ready at once with a loaded `transcriber`, or (transcriber None) loading it with `load()`
+    in a thread after start-up, so that /healthz answers "loading" meanwhile. `on_ready()` is called on the
+    event loop when the app becomes ready. `make_session` defaults to pipeline.session.StreamSession (tests
+    pass fakes). The app's `lifecycle` (web/replica.py) is what `serve` drains; a `load()` that raises is
+    `lifecycle.failure`."""
     from specscribe.web.http_api import RestApi
 
+    if (transcriber is None) == (load is None):
+        raise ValueError("give create_app a transcriber or a load() callable, not both or neither")
     make_session = make_session or default_session_factory()
     slots = ClientSlots(options.limits.max_clients)
+    lifecycle = Lifecycle()
     holder: dict[str, ListenContext] = {}
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        scheduler = ModelScheduler(transcriber, options.scheduler)
+    def start(loaded: Transcriber) -> None:
+        scheduler = ModelScheduler(loaded, options.scheduler)
         holder["ctx"] = ListenContext(
             scheduler=scheduler,
             make_session=make_session,
             limits=options.limits,
             stream_defaults=options.stream_defaults,
-            model=public_model_name(transcriber),
-            engine=str(getattr(transcriber, "name", "?")),
+            model=public_model_name(loaded),
+            engine=str(getattr(loaded, "name", "?")),
             slots=slots,
-            languages=model_languages(transcriber),
+            languages=model_languages(loaded),
         )
-        rest.scheduler = scheduler
+        rest.transcriber, rest.scheduler = loaded, scheduler
+        if lifecycle.set_ready():
+            on_ready()
+
+    async def load_then_start(loader: Callable[[], Transcriber]) -> None:
+        try:
+            loaded = await load_in_thread(loader)
+        except Exception as exc:  # serve() re-raises it: `specscribe serve` exits with its one-line message
+            lifecycle.fail(exc)
+            return
+        start(loaded)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        loading = None
+        if transcriber is not None:
+            start(transcriber)
+        else:
+            loading = asyncio.create_task(load_then_start(load), name="model-load")  # the server answers meanwhile
         try:
             yield
         finally:
-            await scheduler.close()
+            if loading is not None:
+                loading.cancel()
+                await asyncio.gather(loading, return_exceptions=True)
+            if "ctx" in holder:
+                await holder["ctx"].scheduler.close()
 
     async def listen(ws: WebSocket) -> None:
         headers, query = ws.headers, ws.query_params
@@ -126,33 +161,44 @@ def create_app(
             await _deny(ws, 401, "missing or wrong API key")
             return
         await ws.accept()
-        ctx = holder["ctx"]
-        overloaded = not ctx.scheduler.load.accepting  # pipeline/load.py: degrade first, refuse last
-        if overloaded or not ctx.slots.try_acquire():
-            await ws.send_text(P.dumps(P.busy_message(ctx.limits.max_clients, overloaded)))
+        ctx = holder.get("ctx")
+        refusal = lifecycle.refusal()  # loading, draining
+        if refusal is None and not ctx.scheduler.load.accepting:  # pipeline/load.py: degrade first, refuse last
+            refusal = "overloaded"
+        if refusal is None and not ctx.slots.try_acquire():
+            refusal = "max_clients"
+        if refusal is not None:
+            await ws.send_text(P.dumps(P.busy_message(options.limits.max_clients, refusal)))
             await ws.close(code=P.CloseCode.TRY_AGAIN_LATER)
             return
+        connection = Connection(ws, ctx, abort=lambda: _abort_transport(ws))
         try:
-            await Connection(ws, ctx, abort=lambda: _abort_transport(ws)).run()
+            with lifecycle.hold(connection.go_away):  # a drain waits for it, and at its timeout finishes it
+                await connection.run()
         finally:
             ctx.slots.release()
 
     async def healthz(request) -> JSONResponse:
+        """200 only when ready: a load balancer sends new sessions to this replica only then."""
         ctx = holder.get("ctx")
+        code = 200 if lifecycle.phase is Phase.READY else 503
+        if ctx is None:  # loading (or told to drain while loading)
+            return JSONResponse({"status": lifecycle.phase.value}, status_code=code)
         return JSONResponse(
             {
-                "status": "ok",
-                "model": public_model_name(transcriber),
-                "engine": str(getattr(transcriber, "name", "?")),
+                "status": lifecycle.phase.value,
+                "model": ctx.model,
+                "engine": ctx.engine,
                 "sessions": slots.active,
                 "max_clients": slots.limit,
-                "model_jobs_done": ctx.scheduler.jobs_done if ctx else 0,
-                "load": ctx.scheduler.load.to_dict() if ctx else Load().to_dict(),
-                "model_sessions": ctx.scheduler.sessions_held if ctx else 0,  # state the scheduler holds
-            }
+                "model_jobs_done": ctx.scheduler.jobs_done,
+                "load": ctx.scheduler.load.to_dict(),
+                "model_sessions": ctx.scheduler.sessions_held,  # state the scheduler holds
+            },
+            status_code=code,
         )
 
-    rest = RestApi(transcriber, options)
+    rest = RestApi(transcriber, options, lifecycle)
     middleware = []
     if options.security.allowed_origins:  # --allowed-origin also lets those pages call the REST API (CORS)
         from starlette.middleware import Middleware
@@ -176,7 +222,7 @@ def create_app(
         middleware=middleware,
         lifespan=lifespan,
     )
-    return _Outer(app)
+    return _Outer(app, lifecycle)
 
 
 def public_model_name(transcriber: Transcriber) -> str:
@@ -198,10 +244,12 @@ def model_languages(transcriber: Transcriber) -> frozenset[str] | None:
 
 
 class _Outer:
-    """Outermost ASGI layer: keeps the server's raw send() in the scope and adds security headers."""
+    """Outermost ASGI layer: keeps the server's raw send() in the scope and adds security headers.
+    Carries the app's Lifecycle for the server that runs it (serve, BackgroundServer)."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, lifecycle: Lifecycle) -> None:
         self.app = app
+        self.lifecycle = lifecycle
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "websocket":
@@ -268,27 +316,24 @@ def uvicorn_config(app: Any, options: ServerOptions, log_level: str = "warning")
 
 
 async def serve(app: Any, sock: socket.socket, options: ServerOptions, log_level: str = "warning") -> None:
-    """Serve app on an already bound socket until cancelled or interrupted."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn_config(app, options, log_level))
+    """Serve app (create_app's) on an already bound socket until interrupted, or drained after a SIGTERM.
+    Raises the model's load error when it failed to load."""
+    server = ReplicaServer(uvicorn_config(app, options, log_level), app.lifecycle, options.drain_timeout)
     await server.serve(sockets=[sock])
 
 
 class BackgroundServer:
     """Runs an app under uvicorn in a background thread on a free loopback port (tests, embedding).
 
-    with BackgroundServer(app, options) as srv: srv.ws_url, srv.http_url
+    with BackgroundServer(app, options) as srv: srv.ws_url, srv.http_url; srv.drain() does what SIGTERM does
     """
 
     def __init__(self, app: Any, options: ServerOptions, host: str = "127.0.0.1") -> None:
         import threading
 
-        import uvicorn
-
         self.sock = bind_socket(host, 0)
         self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn_config(app, options))
+        self.server = ReplicaServer(uvicorn_config(app, options), app.lifecycle, options.drain_timeout)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.http_url = f"http://{host}:{self.port}"
         self.ws_url = f"ws://{host}:{self.port}/v1/listen"
@@ -303,6 +348,10 @@ class BackgroundServer:
                 raise RuntimeError("server did not start")
             time.sleep(0.02)
         return self
+
+    def drain(self) -> None:
+        """Start draining, as the first SIGTERM does; the server thread ends when the drain is over."""
+        self.server.request_drain()
 
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True

@@ -14,7 +14,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "serve",
         help="serve the live-caption page, the WebSocket API and the OpenAI-compatible endpoint",
         description="Loads the model once and serves /v1/listen (WebSocket), / (browser page), /healthz and "
-        "POST /v1/audio/transcriptions. Binds 127.0.0.1 unless told otherwise.",
+        "POST /v1/audio/transcriptions. Binds 127.0.0.1 unless told otherwise. /healthz is 503 until the model "
+        "is loaded; SIGTERM drains (docs/serving.md).",
     )
     n = p.add_argument_group("network")
     n.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s; 0.0.0.0 for every interface)")
@@ -36,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="open HTTP + WebSocket connections; beyond it requests get 503 (default: 64, or twice "
                      "--max-clients if that is more)")
     lim.add_argument("--max-upload-mb", type=float, default=200.0, help="largest file for the REST endpoint (default: %(default)s)")
+    lim.add_argument("--drain-timeout", type=float, default=20.0,
+                     help="after SIGTERM, seconds open sessions may run on before the server finishes them (finals "
+                     "sent, close 1001) and exits; fits Kubernetes' default 30 s grace period (default: %(default)s)")
     add_engine_args(p)
     p.add_argument("--decode-width", type=int, default=16,
                    help="decodes of all sessions that share one target pass at most; 1 decodes them one by one (default: %(default)s)")
@@ -68,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
                  "update_interval", "max_backlog_seconds", "decode_width"):
         if getattr(args, name) <= 0:
             return _fail(f"--{name.replace('_', '-')} must be positive")
+    if args.drain_timeout < 0:
+        return _fail("--drain-timeout must be 0 or more")
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if not _is_loopback(args.host) and not api_key:
         print(f"specscribe serve: warning: listening on {args.host} without an API key; anyone who can reach "
@@ -82,18 +88,26 @@ def run(args: argparse.Namespace) -> int:
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
         scheduler=SchedulerOptions(width=args.decode_width),
         max_connections=args.max_connections,
+        drain_timeout=args.drain_timeout,
     )
+    engine = engine_options(args)
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as exc:
         return _fail(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc})")
-    print(f"loading {args.engine} engine, model {args.model} ...", file=sys.stderr, flush=True)
-    transcriber = load_transcriber(engine_options(args))
-    app = create_app(transcriber, options)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    print(f"specscribe: serving http://{shown}:{port}/  (WebSocket ws://{shown}:{port}/v1/listen, "
-          f"OpenAI-compatible POST http://{shown}:{port}/v1/audio/transcriptions)", flush=True)
+    base = f"http://{shown}:{port}"
+    print(f"loading {args.engine} engine, model {args.model} ... ({base}/healthz answers 503 until it is loaded)",
+          file=sys.stderr, flush=True)
+
+    def announce() -> None:  # on stdout once ready, as before the server answered while loading: scripts wait for it
+        print(f"specscribe: serving {base}/  (WebSocket ws://{shown}:{port}/v1/listen, "
+              f"OpenAI-compatible POST {base}/v1/audio/transcriptions)", flush=True)
+
+    # Loaded by the app after start-up, in a thread: /healthz answers 503 "loading" meanwhile. A load error
+    # (ModelError) comes out of serve() and is the command's one error line (specscribe/cli.py).
+    app = create_app(None, options, load=lambda: load_transcriber(engine), on_ready=announce)
     import asyncio
 
     try:

@@ -60,7 +60,8 @@ def jfk_wav(tmp_path_factory, clips_dir) -> Path:
 def server_url(base_model_dir, tmp_path_factory):
     """`specscribe serve` in a subprocess on a free port; yields the page URL. Its log: artifacts/browser-server.log."""
     cmd = [sys.executable, "-m", "specscribe", "serve", "--port", "0", "--max-clients", "2",
-           "--log-level", "info", "--update-interval", "1.0", "--max-backlog-seconds", "300"]  # patient on a busy CI
+           "--log-level", "info", "--update-interval", "1.0", "--max-backlog-seconds", "300",  # patient on a busy CI
+           "--drain-timeout", "0"]  # stopped with SIGTERM: no waiting for a page's open session
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "browser-server.log", "w")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT)

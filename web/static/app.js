@@ -190,7 +190,7 @@ function onMessage(session, msg) {
       showError(`${msg.message}${msg.fatal ? "" : " (the session continues)"}`);
       break;
     case "busy":
-      showError(`The server is busy (${msg.max_clients} sessions). Please try again in a moment.`);
+      showError(`${msg.message.charAt(0).toUpperCase()}${msg.message.slice(1)}.`); // max_clients, overloaded, loading, draining
       break;
     default:
       break; // stats and future message types
@@ -258,7 +258,8 @@ function addTranslation(msg) {
 }
 
 const CLOSE_REASONS = {
-  1009: "an audio frame was too large", 1011: "a server error", 1013: "the server is busy",
+  1001: "the server is restarting (press Start to reconnect)", 1009: "an audio frame was too large",
+  1011: "a server error", 1013: "the server is busy",
   4000: "a protocol error", 4002: "invalid settings", 4008: "no audio for too long",
   4009: "the session reached its maximum length", 4010: "the page fell behind reading captions",
 };
