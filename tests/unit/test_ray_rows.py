@@ -56,3 +56,26 @@ def test_without_ray_the_flag_says_how_to_install_it(monkeypatch, capsys, tmp_pa
     assert code == 2
     assert capsys.readouterr().err.strip() == "specscribe: error: --ray needs Ray Data: pip install 'specscribe[ray]'"
     assert not out.exists()
+
+
+def test_skip_existing_skips_on_the_driver_without_starting_ray(monkeypatch, tmp_path):
+    from specscribe.pipeline.batch import BatchOptions
+    from specscribe.pipeline.ray_batch import RayOptions, run_ray_batch
+
+    clip = _wav(tmp_path / "a.wav", 0.5)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("done before\n")
+    started = []
+
+    class NoRay:  # run_ray_batch must not get as far as ray.init
+        @staticmethod
+        def is_initialized():
+            started.append(True)
+            return False
+
+    monkeypatch.setattr("specscribe.pipeline.ray_batch.import_ray", lambda: NoRay)
+    options = BatchOptions(output_dir=out, skip_existing=True, quiet=True)
+    report = run_ray_batch([InputItem("a.wav", clip, Path("a"))], options, RayOptions())
+    assert (report.done, report.failed, report.skipped) == (0, 0, 1) and not started
+    assert (out / "a.txt").read_text() == "done before\n"
