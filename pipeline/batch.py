@@ -9,7 +9,8 @@ that would otherwise hold up the end of the batch alone.
 A bad file costs exactly one line on stderr (``specscribe: error: FILE: REASON``), leaves no
 output behind, and the batch goes on; the caller exits non-zero at the end. A model that cannot
 load stops the batch (ModelError, one line from the CLI). With ``workers > 1`` the file list is
-split over that many processes, each loading its own model with cores // workers threads.
+split over that many processes, each loading its own model with cores // workers threads; on a
+Ray cluster the same _FileRun runs inside Ray actors (pipeline/ray_batch.py). Inputs: pipeline/inputs.py.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class _FileJob:
 
 
 Report = Callable[[InputItem, "Transcript | None", str], None]  # (item, transcript or None, reason)
+
 
 class _FileRun:
     """Items -> lanes -> transcripts -> outputs, over one transcriber (one process)."""

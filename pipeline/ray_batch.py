@@ -128,6 +128,8 @@ class FileTranscriber:
         for r in rows:
             if r["error"]:
                 results[r["display"]] = (str(r["error"]), 0.0)
+        missing = ("the batch ended without a result for this file", 0.0)  # never expected: fail it, visibly
+        results = {str(r["display"]): results.get(str(r["display"]), missing) for r in rows}
         return {
             "index": [int(r["index"]) for r in rows],
             "display": [str(r["display"]) for r in rows],
@@ -142,7 +144,8 @@ def _start(ray: Any, address: str, cpus: float) -> bool:
 
     Unless specscribe logs at debug level, Ray's own chatter stays off the terminal (its start-up
     notes, the C++ core worker's log lines, the workers' output): the driver reports every file's
-    outcome itself, and a failed run as one line. Ray's logs stay in /tmp/ray/session_*/logs.
+    outcome itself, and a failed run as one line. Ray's logs stay in /tmp/ray/session_*/logs. One
+    line remains: Ray's core worker says that it took its log level from RAY_BACKEND_LOG_LEVEL.
     """
     if ray.is_initialized():
         return False
