@@ -271,13 +271,7 @@ def _worker(items: list[InputItem], options: BatchOptions, events) -> None:
     """Process entry point: load one model, transcribe its share, report on the events queue."""
     from specscribe.models.engines import load_transcriber
 
-    try:
-        import torch
-
-        torch.set_num_threads(max(1, options.engine.threads))
-    except ImportError:
-        pass
-    try:
+    try:  # options.engine.threads >= 1 here: each engine sets its own (torch's, or CTranslate2's cpu_threads)
         transcriber = load_transcriber(options.engine)
     except ModelError as exc:
         events.put(("fatal", "", str(exc), 0.0))

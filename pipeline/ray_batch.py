@@ -104,12 +104,9 @@ class FileTranscriber:
     seconds of audio, and the actor's pid."""
 
     def __init__(self, options: BatchOptions) -> None:
-        import torch
-
         from specscribe.models.engines import load_transcriber
 
-        torch.set_num_threads(max(1, options.engine.threads))
-        self.options = options
+        self.options = options  # engine.threads >= 1: the engine sets its own threads
         self.transcriber = load_transcriber(options.engine)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
