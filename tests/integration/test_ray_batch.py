@@ -15,10 +15,8 @@ import signal
 import subprocess
 import sys
 import time
-import wave
 from pathlib import Path
 
-import numpy as np
 import psutil
 import pytest
 
@@ -42,20 +40,13 @@ def _texts(out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
-def _write_wav(path: Path, audio: np.ndarray) -> None:
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-
-
 @pytest.fixture(scope="module")
 def folder(clips_dir: Path, tmp_path_factory) -> Path:
+    from specscribe.conversations import write_wav
     from specscribe.pipeline.audio import load_audio
 
     root = tmp_path_factory.mktemp("ray-inputs")
-    _write_wav(root / "a-lecture.wav", load_audio(clips_dir / "physicsworks.wav")[: 62 * 16000])
+    write_wav(root / "a-lecture.wav", load_audio(clips_dir / "physicsworks.wav")[: 62 * 16000], 16000)
     shutil.copy(clips_dir / "jfk.flac", root / "jfk.flac")
     for clip in sorted((clips_dir / "librivox").glob("*.wav")):
         shutil.copy(clip, root / clip.name)

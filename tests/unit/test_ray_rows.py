@@ -4,21 +4,17 @@ outcome for good and bad files, and the one-line hint when Ray is not installed.
 from __future__ import annotations
 
 import sys
-import wave
 from pathlib import Path
 
 import numpy as np
 
+from specscribe.conversations import write_wav
 from specscribe.pipeline.inputs import InputItem
 from specscribe.pipeline.ray_batch import decode_row, file_rows, row_item
 
 
 def _wav(path: Path, seconds: float) -> Path:
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(np.zeros(int(seconds * 16000), "<i2").tobytes())
+    write_wav(path, np.zeros(int(seconds * 16000), np.float32), 16000)
     return path
 
 
