@@ -45,17 +45,6 @@ json.dump(texts, open(out, "w"))
 """
 
 
-def files_and_refs(include_physics: bool) -> list[tuple[Path, str | None]]:
-    from specscribe.clips import JFK_TEXT, clips_dir, librivox_clips
-
-    folder = clips_dir()
-    files: list[tuple[Path, str | None]] = []
-    if include_physics:
-        files.append((folder / "physicsworks.wav", None))
-    files += [(folder / "jfk.flac", JFK_TEXT)] + list(librivox_clips(folder).items())
-    return files
-
-
 def run_side(side: str, files: list[Path], args: argparse.Namespace, work: Path) -> tuple[float, dict[str, str]]:
     """Run one side as a process; returns (wall seconds, {file: text})."""
     out = work / side
@@ -101,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     from specscribe.models.compute import resolve_compute_type
     from specscribe.pipeline.wer import corpus_wer, wer
 
-    files = files_and_refs(not args.no_physics)
+    from specscribe.clips import batch_set
+
+    files = batch_set(lecture=not args.no_physics)
     paths = [f for f, _ in files]
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     sides = [f"specscribe_b{s}" for s in sizes] + ["fw_transcribe", "fw_batched"]

@@ -31,14 +31,13 @@ SIDES = {"local": [], "ray1": ["--ray", "local", "--workers", "1"], "ray2": ["--
 
 
 def folders(work: Path, physics: bool) -> dict[str, Path]:
-    from specscribe.clips import clips_dir, librivox_clips
+    from specscribe.clips import batch_set, clips_dir
 
-    clips = clips_dir()
     small, full = work / "small", work / "full"
     small.mkdir()
     full.mkdir()
-    shutil.copy(clips / "jfk.flac", small)
-    for f in [*([clips / "physicsworks.wav"] if physics else []), clips / "jfk.flac", *librivox_clips(clips)]:
+    shutil.copy(clips_dir() / "jfk.flac", small)
+    for f, _ in batch_set(lecture=physics):
         shutil.copy(f, full)
     return {"small": small, "full": full}
 

@@ -26,12 +26,11 @@ from pathlib import Path
 
 
 def folder(work: Path) -> Path:
-    from specscribe.clips import clips_dir, librivox_clips
+    from specscribe.clips import batch_set
 
-    clips = clips_dir()
     root = work / "in"
     root.mkdir()
-    for f in [clips / "jfk.flac", *librivox_clips(clips)]:
+    for f, _ in batch_set(lecture=False):
         shutil.copy(f, root)
     return root
 

