@@ -30,7 +30,7 @@ from torch import nn
 from specscribe.models.drafters import Draft
 from specscribe.models.errors import ModelError
 from specscribe.models.interfaces import LogitRules
-from specscribe.models.whisper import DecoderLayer, DecoderSession, TextDecoder
+from specscribe.models.whisper import DecoderLayer, DecoderSession, StateFuse, TextDecoder
 
 FORMAT = "specscribe-draft-decoder"
 VERSION = "1"
@@ -54,6 +54,7 @@ class DraftDecoder:
         layers: Sequence[DecoderLayer],
         sources: Sequence[int],
         vocab_ids: torch.Tensor | None = None,
+        fuse: StateFuse | None = None,
     ):
         if not 1 <= len(layers) == len(sources):
             raise ValueError("a draft decoder needs at least one layer and one source index per layer")
@@ -66,7 +67,9 @@ class DraftDecoder:
             self.vocab_ids = vocab_ids.long().to(emb.device)
             proj = nn.Linear(emb.shape[1], len(self.vocab_ids), bias=False, device=emb.device, dtype=emb.dtype)
             proj.weight = nn.Parameter(emb.detach()[self.vocab_ids].clone(), requires_grad=False)  # (N, d)
-        self.decoder = TextDecoder(target.token_embedding, target.positional_embedding, list(layers), target.ln, proj)
+        # fuse: a feature-level draft (models/feature_draft.py), which reads the target's
+        # hidden states; None: a draft decoder on token embeddings
+        self.decoder = TextDecoder(target.token_embedding, target.positional_embedding, list(layers), target.ln, proj, fuse)
         self.sources = tuple(int(s) for s in sources)
         # validation acceptance by group ("en-transcribe", "xx-transcribe", "xx-translate") from
         # the checkpoint's training summary; `auto` drafts with this decoder only where it is high
@@ -84,6 +87,11 @@ class DraftDecoder:
         draft = cls(target, [copy.deepcopy(target.layers[i]) for i in idx], idx)
         draft.shared_cross_kv = True  # untrained copies: same cross projections as the target
         return draft
+
+    @property
+    def is_feature(self) -> bool:
+        """A feature-level draft: its input is [the target's hidden state, the token]."""
+        return self.decoder.fuse is not None
 
     # --- windows --------------------------------------------------------------------------
     def session(self, enc: torch.Tensor, target_cross: list | None = None) -> DecoderSession:
@@ -116,6 +124,8 @@ class DraftDecoder:
         from specscribe.models.compute import prepare_model
 
         self.decoder.layers = prepare_model(self.decoder.layers, "int8", "cpu")
+        if self.decoder.fuse is not None:
+            self.decoder.fuse = prepare_model(nn.ModuleList([self.decoder.fuse]), "int8", "cpu")[0]
         if self.vocab_ids is not None:
             self.decoder.proj = prepare_model(nn.ModuleList([self.decoder.proj]), "int8", "cpu")[0]
 
@@ -133,6 +143,7 @@ class DraftDecoder:
             "format": FORMAT,
             "version": VERSION,
             "layer_sources": json.dumps(list(self.sources)),
+            "kind": "feature" if self.is_feature else "decoder",
             "dims": json.dumps(dims),
             "target_sha256": target_sha256,
         }
@@ -144,6 +155,8 @@ class DraftDecoder:
         tensors = {f"layers.{k}": v.detach().float().contiguous().clone() for k, v in self.decoder.layers.state_dict().items()}
         if self.vocab_ids is not None:
             tensors["vocab_ids"] = self.vocab_ids.to(torch.int32).cpu().contiguous()
+        if self.is_feature:
+            tensors |= {f"fuse.{k}": v.detach().float().contiguous().clone() for k, v in self.decoder.fuse.state_dict().items()}
         save_file(tensors, str(path), metadata=self.metadata(target_sha256))
 
     @classmethod
@@ -191,10 +204,19 @@ class DraftDecoder:
             layers.load_state_dict(state, strict=True)
         except RuntimeError as exc:
             raise ModelError(f"draft checkpoint {path} does not match its own dims ({str(exc).splitlines()[0]})") from None
+        fuse = None
+        fuse_state = {k.removeprefix("fuse."): v for k, v in tensors.items() if k.startswith("fuse.")}
+        if fuse_state or meta.get("kind") == "feature":
+            fuse = StateFuse(d)
+            try:
+                fuse.load_state_dict(fuse_state, strict=True)
+            except RuntimeError as exc:
+                raise ModelError(f"draft checkpoint {path} has a broken feature fusion ({str(exc).splitlines()[0]})") from None
         ref = next((p for p in target.layers.parameters() if p.is_floating_point()), None)
         if ref is not None:
             layers = layers.to(device=ref.device, dtype=ref.dtype)
-        draft = cls(target, list(layers.eval()), sources, vocab_ids)
+            fuse = None if fuse is None else fuse.to(device=ref.device, dtype=ref.dtype)
+        draft = cls(target, list(layers.eval()), sources, vocab_ids, None if fuse is None else fuse.eval())
         draft.shared_cross_kv = meta.get("shared_cross_kv") == "true"
         draft.group_acceptance = _group_acceptance(meta.get("training"))
         return draft
@@ -213,6 +235,21 @@ def _group_acceptance(training: str | None) -> dict[str, float]:
         return {name: float(g["acceptance"]) for name, g in groups.items()}
     except (ValueError, TypeError, KeyError, AttributeError):
         return {}
+
+
+def draft_token(draft: DraftDecoder, head: torch.Tensor, rules: LogitRules | None, context: Sequence[int],
+                temperature: float, generator: torch.Generator | None, probs: list[torch.Tensor]) -> int:
+    """One draft token from a draft step's head logits (N,): scattered to the full vocabulary, filtered
+    by the target's rules (context: the tokens generated so far), then the argmax, or a sample at
+    temperature > 0 whose distribution q (V,) is appended to probs."""
+    logits = draft.full_logits(head)  # (V,)
+    if rules is not None:
+        logits = rules.apply(logits, context)
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    q = torch.softmax(logits / temperature, dim=-1)  # (V,)
+    probs.append(q)
+    return int(torch.multinomial(q, 1, generator=generator))
 
 
 class DraftDecoderDrafter:
@@ -269,23 +306,16 @@ class DraftDecoderDrafter:
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
         for _ in range(k):
-            logits = self.draft.full_logits(self.session.forward(feed)[-1])  # (V,)
+            head = self.session.forward(feed)[-1]  # (N,)
             self._cached += feed
-            if self.rules is not None:
-                logits = self.rules.apply(logits, list(generated) + tokens)
-            if self.temperature > 0:
-                q = torch.softmax(logits / self.temperature, dim=-1)  # (V,)
-                token = int(torch.multinomial(q, 1, generator=self.generator))
-                probs.append(q)
-            else:
-                token = int(torch.argmax(logits))
+            token = draft_token(self.draft, head, self.rules, list(generated) + tokens, self.temperature, self.generator, probs)
             tokens.append(token)
             if token == self.eot:  # nothing follows end-of-text
                 break
             feed = [token]
         return Draft(tuple(tokens), torch.stack(probs) if probs else None)
 
-    def accept(self, generated: Sequence[int]) -> None:
+    def accept(self, generated: Sequence[int], features: torch.Tensor | None = None) -> None:
         if self.session is not None:
             self._sync(self._prompt + list(generated), keep_last=False)
 
@@ -369,7 +399,8 @@ def build_drafter(
     draft decoder's steps cost more than they save (scripts/bench_streaming.py measured its
     latency and compute either way). Without one, the draft decoder when the engine loaded one
     (the shipped checkpoint, or --draft-model) and it pays for this language and task
-    (``DraftDecoder.pays_for``), else no drafter (plain decoding). decoder/ngram: previous
+    (``DraftDecoder.pays_for``), else no drafter (plain decoding). A feature-level draft
+    (``is_feature``) drafts through FeatureDrafter. decoder/ngram: previous
     hypothesis first too, when given (it is nearly free and nearly perfect on re-decodes).
     """
     from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter
@@ -384,6 +415,10 @@ def build_drafter(
         return None  # n-gram lookup alone accepts ~nothing in a first decode and costs a few %
     if kind == "ngram" or draft is None:
         base = NgramDrafter()
+    elif draft.is_feature:
+        from specscribe.models.feature_draft import FeatureDrafter
+
+        base = FeatureDrafter(draft, enc, rules, eot, target_cross)
     else:
         base = DraftDecoderDrafter(draft, enc, rules, eot, target_cross)
     if hypothesis:

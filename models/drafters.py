@@ -7,6 +7,7 @@
 - ``ChainDrafter``: asks its drafters in order and takes the first non-empty proposal.
 - ``RandomDrafter``: random tokens; deliberately bad, for the lossless tests.
 - ``DraftDecoderDrafter`` (models/draft.py): a shallow decoder on the target's encoder output.
+- ``FeatureDrafter`` (models/feature_draft.py): a shallow decoder on the target's own hidden states.
 
 A drafter is told the whole generated sequence at every call, so it can re-synchronise itself
 (crop its cache to the common prefix) whatever the verifier accepted.
@@ -49,8 +50,10 @@ class Drafter(Protocol):
         """Up to k tokens to follow ``generated`` (the tokens after the prompt); may be empty."""
         ...
 
-    def accept(self, generated: Sequence[int]) -> None:
-        """The verifier kept ``generated``: drop (crop) whatever state goes beyond it."""
+    def accept(self, generated: Sequence[int], features: torch.Tensor | None = None) -> None:
+        """The verifier kept ``generated``: drop (crop) whatever state goes beyond it.
+        features: (new, d) the target's final-LN hidden states that chose the newly kept tokens
+        (row i chose the i-th new token), for drafters that read them (models/feature_draft.py)."""
         ...
 
     def finish(self) -> None:
@@ -66,7 +69,7 @@ class _NoState:
     def begin(self, prompt: Sequence[int], temperature: float = 0.0, generator: torch.Generator | None = None) -> None:
         self.prompt = list(prompt)
 
-    def accept(self, generated: Sequence[int]) -> None:
+    def accept(self, generated: Sequence[int], features: torch.Tensor | None = None) -> None:
         pass
 
     def finish(self) -> None:
@@ -175,9 +178,9 @@ class ChainDrafter:
                 return draft
         return Draft(())
 
-    def accept(self, generated: Sequence[int]) -> None:
+    def accept(self, generated: Sequence[int], features: torch.Tensor | None = None) -> None:
         for d in self.drafters:
-            d.accept(generated)
+            d.accept(generated, features)
 
     def finish(self) -> None:
         for d in self.drafters:

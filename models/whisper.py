@@ -169,6 +169,26 @@ class AudioEncoder(nn.Module):
         return self.ln_post(x)
 
 
+class StateFuse(nn.Module):
+    """A feature drafter's input (models/feature_draft.py): linear([state, token embedding]), 2d -> d.
+
+    Each state row is RMS-normalised to ``scale`` first: the target's final-LN states are about 400x
+    the token embeddings' scale (base: rms 11 against 0.028), which would swamp the embedding half.
+    A zero row (a prompt position: no state) stays zero.
+    """
+
+    def __init__(self, d: int, scale: float = 1.0):
+        super().__init__()
+        self.linear = nn.Linear(2 * d, d)
+        self.register_buffer("scale", torch.tensor(float(scale)))
+
+    def forward(self, states: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
+        """states, embedded (..., d) -> (..., d)."""
+        s = states.float()
+        s = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-12) * self.scale.float()
+        return self.linear(torch.cat([s.to(embedded.dtype), embedded], dim=-1))
+
+
 class TextDecoder(nn.Module):
     """A stack of DecoderLayers around a token embedding, positions, final LN and output head.
 
@@ -187,6 +207,7 @@ class TextDecoder(nn.Module):
         layers: Sequence[DecoderLayer],
         ln: nn.LayerNorm,
         proj: nn.Linear,  # d -> V, weight tied to token_embedding (untied only after quantization)
+        fuse: StateFuse | None = None,  # a feature drafter's input (models/feature_draft.py)
     ):
         super().__init__()
         self.token_embedding = token_embedding
@@ -194,6 +215,7 @@ class TextDecoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.ln = ln
         self.proj = proj
+        self.fuse = fuse
         self.pass_shape: PassShape | None = None
 
     @property
@@ -215,9 +237,12 @@ class TextDecoder(nn.Module):
         Each part appends its tokens to its own session's cache. Returns, per part, the logits
         (T - logits_from, V) float32 (row i predicts the token after tokens[logits_from + i])
         and, with want_scores, the cross-attention logits (n_layers, H, T, S) float32.
+        Each part's session keeps the final-LN hidden states of those rows as ``hidden``
+        (T - logits_from, d): what a feature drafter reads. With a fuse module (a feature drafter),
+        a row's input is fuse([features, token embedding]) + position, so every part has features.
         With a pass_shape, a part's outputs are bitwise the same whatever the other parts are.
         """
-        seqs, ids, positions, row0 = [], [], [], 0
+        seqs, ids, positions, feats, row0 = [], [], [], [], 0
         shape = self.pass_shape
         for part in parts:
             session, n = part.session, len(part.tokens)
@@ -233,12 +258,20 @@ class TextDecoder(nn.Module):
             seqs.append(_SeqRows(row0, n, start, session.cache, session.cross, mask, group))
             ids += part.tokens
             positions.append(session.positions[start : start + n])
+            if self.fuse is not None:
+                if part.features is None or part.features.shape[0] != n:
+                    raise ValueError("a feature drafter's pass part needs one feature row per token")
+                feats.append(part.features)
             row0 += n
         device = self.positional_embedding.device
         blocks = RowBlocks(shape.rows if shape is not None else 0, row0)
         with torch.inference_mode():
             pos = torch.cat(positions)  # (R,)
-            x = self.token_embedding(torch.tensor(ids, dtype=torch.long, device=device)) + self.positional_embedding[pos]
+            x = self.token_embedding(torch.tensor(ids, dtype=torch.long, device=device))  # (R, d)
+            if self.fuse is not None:
+                f = torch.cat(feats).to(device=device, dtype=x.dtype)  # (R, d)
+                x = self.fuse(f, x.to(self.positional_embedding.dtype))
+            x = x + self.positional_embedding[pos]
             x = blocks.pad(x.to(self.positional_embedding.dtype))  # (R_pad, d)
             scores: list[list[torch.Tensor]] = [[] for _ in parts]
             for i, layer in enumerate(self.layers):
@@ -251,10 +284,14 @@ class TextDecoder(nn.Module):
             index = torch.cat(wanted)  # (N,)
             if len(index):
                 heads = RowBlocks(blocks.size, len(index))
-                logits = heads.map(lambda b: self.proj(self.ln(b)), heads.pad(x.index_select(0, index)))
-                logits = logits[: len(index)].float().split([len(w) for w in wanted])
+                normed = heads.map(self.ln, heads.pad(x.index_select(0, index)))  # (N_pad, d)
+                logits = heads.map(self.proj, normed)[: len(index)].float().split([len(w) for w in wanted])
+                hidden = normed[: len(index)].split([len(w) for w in wanted])
             else:  # no row asked for the head (an alignment pass)
                 logits = [x.new_zeros(0, self.proj.out_features, dtype=torch.float32) for _ in wanted]
+                hidden = [x.new_zeros(0, x.shape[1]) for _ in wanted]
+            for part, h in zip(parts, hidden):
+                part.session.hidden = h
         return [PassOutput(lg, torch.stack(sc) if want_scores else None) for lg, sc in zip(logits, scores)]
 
 
@@ -269,12 +306,14 @@ class PassPart:
             the cache: a prompt's).
         prompt_rows: how many leading rows are the session's prompt, attended as one group
             (models/invariant.py); None: all of them when the session is fresh, else none.
+        features: (T, d) a feature drafter's input features, one per token (else None).
     """
 
     session: "DecoderSession"
     tokens: Sequence[int]
     logits_from: int = 0
     prompt_rows: int | None = None
+    features: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -316,6 +355,7 @@ class DecoderSession:
             len(decoder.layers), layer0.n_heads, d // layer0.n_heads, decoder.n_ctx, self.dtype, enc.device
         )
         self.positions = torch.arange(decoder.n_ctx, device=enc.device)  # (n_ctx,)
+        self.hidden: torch.Tensor | None = None  # (rows, d) final-LN states of the last pass's head rows
 
     @property
     def length(self) -> int:
@@ -340,11 +380,13 @@ class DecoderSession:
         return_cross_attention: bool = False,
         logits_from: int = 0,
         prompt_rows: int | None = None,
+        features: torch.Tensor | None = None,
     ):
         """Append T tokens in one pass (a pass of this session alone; see PassPart for the
         arguments). Returns logits (T - logits_from, V) float32, and with
         return_cross_attention also the cross-attention logits (n_layers, n_heads, T, S)."""
-        out = self.decoder.run_pass([PassPart(self, tokens, logits_from, prompt_rows)], return_cross_attention)[0]
+        part = PassPart(self, tokens, logits_from, prompt_rows, features)
+        out = self.decoder.run_pass([part], return_cross_attention)[0]
         return (out.logits, out.scores) if return_cross_attention else out.logits
 
 

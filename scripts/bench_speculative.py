@@ -8,7 +8,8 @@ encoded once, every drafter decodes the same window (transcribe, timestamps on):
 - reference: the engine's reference loop (models/decoding.generate), for the loop's own overhead;
 - auto (what the engine's default picks: the draft decoder where it pays, else plain decoding), ngram,
   decoder (the shipped trained checkpoint if any, else untrained copies of the target's first and
-  last layers), decoder-fullvocab (the same layers with a full-vocabulary head), random (deliberately bad).
+  last layers), decoder-fullvocab (the same layers with a full-vocabulary head), random (deliberately bad),
+  and with --feature-draft PATH, feature (the feature-level drafter of models/feature_draft.py).
 It reports decode-phase time (min and median of --repeat, default 3; the variants of a clip run
 interleaved, one decode each per round, in an order that rotates every round, so machine load
 drifts over all alike), end-to-end time (encoder + decode), tokens per target pass and
@@ -89,7 +90,7 @@ def full_head_twin(engine, draft):
 
     from specscribe.models.draft import DraftDecoder
 
-    if draft is None or draft.vocab_ids is None:
+    if draft is None or draft.vocab_ids is None or draft.is_feature:
         return None
     twin = DraftDecoder(engine.model.decoder, list(draft.decoder.layers), draft.sources, torch.arange(engine.dims.n_vocab))
     twin.shared_cross_kv = draft.shared_cross_kv
@@ -98,20 +99,24 @@ def full_head_twin(engine, draft):
     return twin
 
 
-def drafter_factories(engine, draft, language="en", task="transcribe"):
+def drafter_factories(engine, draft, language="en", task="transcribe", feature=None):
     from specscribe.models.draft import DraftDecoderDrafter, build_drafter
     from specscribe.models.drafters import NgramDrafter, RandomDrafter
+    from specscribe.models.feature_draft import FeatureDrafter
 
     eot = engine.tokenizer.eot
+    own = FeatureDrafter if draft is not None and draft.is_feature else DraftDecoderDrafter
     out = {
         "none": lambda enc, rules: None,
         "auto": lambda enc, rules: build_drafter(
             "auto", (), draft, enc.handle, rules, eot, engine.session(enc).cross, language, task
         ),
         "ngram": lambda enc, rules: NgramDrafter(),
-        "decoder": lambda enc, rules: DraftDecoderDrafter(draft, enc.handle, rules, eot, engine.session(enc).cross),
+        "decoder": lambda enc, rules: own(draft, enc.handle, rules, eot, engine.session(enc).cross),
         "random": lambda enc, rules: RandomDrafter(engine.dims.n_vocab, seed=0),
     }
+    if feature is not None:
+        out["feature"] = lambda enc, rules: FeatureDrafter(feature, enc.handle, rules, eot, engine.session(enc).cross)
     twin = full_head_twin(engine, draft)
     if twin is not None:
         out["decoder-fullvocab"] = lambda enc, rules: DraftDecoderDrafter(twin, enc.handle, rules, eot, engine.session(enc).cross)
@@ -129,7 +134,7 @@ def run(args) -> dict:
 
     from specscribe.clips import evaluation_windows
     from specscribe.machine import cpu_times, machine_info
-    from specscribe.models.draft import build_drafter, shipped_checkpoint
+    from specscribe.models.draft import build_drafter, load_draft_decoder, shipped_checkpoint
     from specscribe.models.engines import EngineOptions
     from specscribe.models.spec_engine import HYPOTHESIS_K, SpecEngine, hypothesis_spec_options
     from specscribe.models.registry import resolve_model
@@ -142,7 +147,11 @@ def run(args) -> dict:
     engine = SpecEngine(resolve_model(args.model), EngineOptions(model=args.model, compute_type=args.compute_type, draft="decoder", draft_model=args.draft_model))
     trained = bool(args.draft_model) or shipped_checkpoint(args.model) is not None  # else: untrained layer copies
     draft = engine.draft
-    factories = drafter_factories(engine, draft)
+    feature = None
+    if args.feature_draft:
+        feature = load_draft_decoder(engine.model.decoder, resolve_model(args.model), args.model, args.feature_draft,
+                                     engine.compute_type, untrained_ok=False)
+    factories = drafter_factories(engine, draft, feature=feature)
     bench = Bench(engine)
     clips = evaluation_windows()
     names = [n for n in CLIP_NAMES if not args.clips or n in args.clips.split(",")]
@@ -152,7 +161,7 @@ def run(args) -> dict:
             "model": args.model, "compute_type": engine.compute_type, "threads": torch.get_num_threads(),
             "repeat": args.repeat, "order": "interleaved, rotated each round", "hypothesis_k": HYPOTHESIS_K,
             "draft_decoder": str(args.draft_model or shipped_checkpoint(args.model) or "untrained copies of target layers (0, -1)"),
-            "draft_trained": trained, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "feature_draft": args.feature_draft, "draft_trained": trained, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
         "clips": {}, "streaming": {}, "near_ties": {"compute_type": engine.compute_type, "decodes": 0, "differing": 0, "details": []},
     }
@@ -165,7 +174,7 @@ def run(args) -> dict:
         encode_ms = (time.perf_counter() - t0) * 1e3
         request = DecodeRequest(task=task, language=language, timestamps=True)
         variants = {"reference_loop": lambda: bench.reference(encoded, request, language)}
-        for label, make in drafter_factories(engine, draft, language, task).items():
+        for label, make in drafter_factories(engine, draft, language, task, feature).items():
             variants[label] = lambda make=make: bench.speculative(encoded, request, language, make)
         measured = interleaved(variants, args.repeat)
         ref, ref_times = measured.pop("reference_loop")
@@ -220,7 +229,7 @@ def run(args) -> dict:
             for ts in (True, False):
                 req = DecodeRequest(task=task, language=language, timestamps=ts)
                 plain_ref, _ = bench.reference(encoded, req, language)
-                for label in ("ngram", "decoder", "random"):
+                for label in ("ngram", "decoder", "random") + (("feature",) if feature is not None else ()):
                     (gen, _), _ = bench.speculative(encoded, req, language, factories[label])
                     report["near_ties"]["decodes"] += 1
                     if gen.tokens != plain_ref.tokens:
@@ -277,6 +286,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="base")
     p.add_argument("--compute-type", default="auto", help="auto (bf16 on AMX CPUs), float32, bfloat16, int8")
     p.add_argument("--draft-model", default=None, help="draft checkpoint (default: the shipped one, if any)")
+    p.add_argument("--feature-draft", default=None, help="also measure this feature-level draft checkpoint (variant feature)")
     p.add_argument("--clips", default="", help="comma-separated subset of " + ",".join(CLIP_NAMES))
     p.add_argument("--repeat", type=int, default=3,
                    help="interleaved rounds (decodes per measurement); min and median are reported; 1 for a smoke run only")

@@ -29,7 +29,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     languages = dict(data.DataOptions().languages)
     if args.languages:
         languages = {k: languages.get(k, 0.1) for k in args.languages.split(",")}
-    options = data.DataOptions(hours=args.hours, seed=args.seed, languages=languages)
+    options = data.DataOptions(hours=args.hours, seed=args.seed, languages=languages, effects=not args.no_effects)
     corpus = text.corpus(tuple(options.languages), references=text.evaluation_transcripts())
     backends = synth.available_backends(tuple(args.backends.split(",")))
     print(f"data: backends {sorted(backends)}; texts " + ", ".join(f"{k}={len(v)}" for k, v in corpus.items()))
@@ -66,6 +66,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         follow=args.follow,
         init=args.init,
         threads=args.threads,
+        feature=args.feature,
+        feature_weight=args.feature_weight,
+        unroll=args.unroll,
     )
     folders = [Path(f).expanduser() for f in args.data.split(",") if f]
     result = train.train_from_folder(folders, args.model, Path(args.draft_out), options)
@@ -135,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--languages", default="", help="comma list, default en,de,fr,es,it")
         p.add_argument("--backends", default="piper,festival,espeak", help="TTS backends to use (those installed)")
+        p.add_argument("--no-effects", action="store_true",
+                       help="no speed/reverb/telephone effects (the data of the shipped draft's recipe)")
 
     def label_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", default="base", help="target model name or folder")
@@ -155,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--eval-every", type=int, default=100)
         p.add_argument("--follow", action="store_true", help="re-read labels at each validation pass")
         p.add_argument("--init", default="", help="continue from this draft checkpoint")
+        p.add_argument("--feature", action="store_true",
+                       help="train a feature-level draft (reads the target's hidden states; --layers 5 for one layer)")
+        p.add_argument("--feature-weight", type=float, default=0.1, help="feature drafts: weight of the state regression")
+        p.add_argument("--unroll", type=int, default=2, help="feature drafts: draft steps trained (2: the second reads its own state)")
         if not any(a.dest == "threads" for a in p._actions):
             p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
         if not any(a.dest == "seed" for a in p._actions):

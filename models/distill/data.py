@@ -19,7 +19,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from specscribe.models.distill.synth import SAMPLE_RATE, Synthesizer, SynthError, augment
+from specscribe.models.distill.synth import SAMPLE_RATE, Synthesizer, SynthError, augment, channel_effects
 from specscribe.models.distill.text import TextItem
 
 MANIFEST = "manifest.jsonl"
@@ -39,6 +39,8 @@ class DataOptions:
         val_fraction: share of windows put in the validation split.
         prose_fraction: share of texts taken from fortunes rather than licences (en) or gettext
             messages (other languages; French has only those).
+        effects: speed, room reverb and telephone-band coding on some texts (synth.channel_effects),
+            named in the item's voice; False makes the datasets of before (the shipped draft's).
     """
 
     hours: float = 1.0
@@ -52,6 +54,7 @@ class DataOptions:
     long_fraction: float = 0.25
     val_fraction: float = 0.05
     prose_fraction: float = 0.7
+    effects: bool = True
 
 
 @dataclass(frozen=True)
@@ -176,14 +179,18 @@ def build_dataset(
                     failures += 1
                     log(f"skip {text.source}: {exc}")
                     continue
-                audio = augment(speech.audio, rng)
+                clean, voice = speech.audio, speech.voice
+                if options.effects:  # its own random stream: without effects the data is as before
+                    clean, applied = channel_effects(clean, random.Random(rng.getrandbits(32)))
+                    voice = "+".join((voice, *applied))
+                audio = augment(clean, rng)
                 if length + audio.size / SAMPLE_RATE > options.max_seconds:
                     if parts:
                         break
                     continue  # this text alone is too long
                 parts.append(audio)
                 texts.append(text)
-                voices.append(speech.voice)
+                voices.append(voice)
                 length += audio.size / SAMPLE_RATE
             if not parts:
                 raise RuntimeError("synthesis keeps failing; see the messages above")

@@ -4,8 +4,8 @@ Checkpoints are what models/draft.py's ``DraftDecoder.load`` reads (format, vers
 layer_sources, dims, target_sha256 metadata; ``layers.{i}.{param}`` tensors), stored in fp16 to
 stay small, with extra metadata: "shared_cross_kv" (the layers' cross-attention K/V projections
 are the target's own, so the target's cross K/V of those layers can be reused) and "training"
-(a JSON summary). A reduced-vocabulary head adds a ``vocab_ids`` tensor, which DraftDecoder does
-not read: such checkpoints are for experiments (``load_draft_into``), not for shipping.
+(a JSON summary). A reduced-vocabulary head adds a ``vocab_ids`` tensor, and a feature draft
+(feature_net.py) its ``fuse.*`` tensors and metadata kind=feature; DraftDecoder.load reads both.
 """
 
 from __future__ import annotations
@@ -56,6 +56,10 @@ def draft_state(net: DraftNet, dtype: torch.dtype = torch.float16) -> dict[str, 
             state[f"layers.{i}.{name}"] = tensor.detach().to(dtype).contiguous().clone()
     if net.vocab_ids is not None:
         state["vocab_ids"] = net.vocab_ids.to(torch.int32).contiguous()
+    fuse = getattr(net, "fuse", None)  # a FeatureDraftNet's input fusion
+    if fuse is not None:
+        for name, tensor in fuse.state_dict().items():
+            state[f"fuse.{name}"] = tensor.detach().to(dtype).contiguous().clone()
     return state
 
 
@@ -63,7 +67,7 @@ def draft_metadata(net: DraftNet, target: TextDecoder, target_sha256: str) -> di
     """models/draft.py's metadata for these layers (format, version, sources, dims, target sha256)."""
     from specscribe.models.draft import DraftDecoder
 
-    return DraftDecoder(target, list(net.layers), net.source_layers).metadata(target_sha256)
+    return DraftDecoder(target, list(net.layers), net.source_layers, fuse=getattr(net, "fuse", None)).metadata(target_sha256)
 
 
 def export_draft(
@@ -104,4 +108,7 @@ def load_draft_into(net: DraftNet, path: Path) -> dict[str, str]:
         layer.load_state_dict(own, strict=True)
     if "vocab_ids" in tensors:
         net.vocab_ids = tensors["vocab_ids"].long()
+    fuse = {k.removeprefix("fuse."): v.float() for k, v in tensors.items() if k.startswith("fuse.")}
+    if fuse and getattr(net, "fuse", None) is not None:
+        net.fuse.load_state_dict(fuse, strict=True)
     return metadata

@@ -6,6 +6,8 @@ Layout under ``DATA/labels``:
     labels.jsonl        one row per decode (kept or filtered, with the reason)
     enc/ITEM.npy        encoder output (S, d) float16
     topk/SEQ.npz        values (n+1, k) float16 (filtered logits), indices (n+1, k) int32
+    feat/SEQ.npy        (n+1, d) float16: the target's final-LN hidden state at each of those
+                        positions (row i predicted tokens[i]), for feature drafters
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class PseudoLabel:
         finished: end-of-text was produced (not cut by the length limit).
         topk_values: (len(tokens)+1, k) filtered target logits, best first, -inf as NEG_FILL.
         topk_indices: (len(tokens)+1, k) their token ids; row i predicts tokens[i] (last: eot).
+        features: (len(tokens)+1, d) the target's final-LN hidden states of those rows, or None.
     """
 
     prompt: tuple[int, ...]
@@ -83,6 +86,7 @@ class PseudoLabel:
     finished: bool
     topk_values: np.ndarray
     topk_indices: np.ndarray
+    features: np.ndarray | None = None
 
 
 class Teacher(Protocol):
@@ -126,6 +130,7 @@ class EngineTeacher:
         tokens = list(result.tokens)
         session = self.engine.session(handle)
         logits = session.forward(prompt + tokens)[len(prompt) - 1 :]  # (n+1, V), teacher forced
+        features = session.hidden[len(prompt) - 1 :]  # (n+1, d)
         rows = [rules.apply(logits[i], tokens[:i]) for i in range(len(tokens) + 1)]
         filtered = torch.stack(rows).float().clamp_min(NEG_FILL)  # (n+1, V)
         values, indices = filtered.topk(top_k, dim=-1)  # (n+1, k)
@@ -138,6 +143,7 @@ class EngineTeacher:
             finished=result.stats.tokens > len(tokens),  # end-of-text counted
             topk_values=values.numpy().astype(np.float16),
             topk_indices=indices.numpy().astype(np.int32),
+            features=features.to(torch.float16).cpu().numpy(),
         )
 
 
@@ -201,6 +207,7 @@ def label_dataset(
     out = folder / "labels"
     (out / "enc").mkdir(parents=True, exist_ok=True)
     (out / "topk").mkdir(exist_ok=True)
+    (out / "feat").mkdir(exist_ok=True)
     items = read_manifest(folder)
     if options.limit:
         items = items[: options.limit]
@@ -225,6 +232,8 @@ def label_dataset(
                 seq = f"{item.id}-{j}"
                 if reason is None:
                     np.savez(out / "topk" / f"{seq}.npz", values=label.topk_values, indices=label.topk_indices)
+                    if label.features is not None:
+                        np.save(out / "feat" / f"{seq}.npy", label.features)
                     if task == "transcribe":
                         previous[item.lang] = [t for t in label.tokens if t < teacher.eot]
                 row = {

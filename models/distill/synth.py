@@ -200,3 +200,50 @@ def augment(audio: np.ndarray, rng: random.Random) -> np.ndarray:
         noise = np.random.default_rng(rng.getrandbits(32)).standard_normal(audio.size).astype(np.float32)
         audio = audio + noise * np.sqrt(power / 10 ** (snr_db / 10))
     return np.clip(audio, -1.0, 1.0).astype(np.float32)
+
+
+def speed(audio: np.ndarray, factor: float) -> np.ndarray:
+    """Play ``factor`` times faster (tempo and pitch together, as sox's speed effect)."""
+    return resample(audio, int(round(SAMPLE_RATE * factor)), SAMPLE_RATE)
+
+
+def reverb(audio: np.ndarray, rng: random.Random, rt60: float, wet: float) -> np.ndarray:
+    """A synthetic room: the direct path plus exponentially decaying noise (reverberation time rt60 s)."""
+    n = int(rt60 * SAMPLE_RATE)
+    noise = np.random.default_rng(rng.getrandbits(32)).standard_normal(n)
+    tail = noise * np.exp(-6.9 * np.arange(n) / n)  # -60 dB at rt60
+    rir = np.concatenate([[1.0], wet * tail / (np.sqrt(np.sum(tail**2)) or 1.0)])
+    size = 1 << int(np.ceil(np.log2(len(audio) + len(rir))))
+    out = np.fft.irfft(np.fft.rfft(audio, size) * np.fft.rfft(rir, size), size)[: len(audio)]
+    return (out * (float(np.abs(audio).max()) / (float(np.abs(out).max()) or 1.0))).astype(np.float32)
+
+
+def telephone(audio: np.ndarray) -> np.ndarray:
+    """A narrow-band call: 8 kHz sampling, 300-3400 Hz, G.711 mu-law 8-bit coding, back at 16 kHz."""
+    narrow = resample(audio, SAMPLE_RATE, 8000)
+    spectrum = np.fft.rfft(narrow)
+    freqs = np.fft.rfftfreq(len(narrow), 1 / 8000)
+    spectrum[(freqs < 300) | (freqs > 3400)] = 0
+    narrow = np.fft.irfft(spectrum, len(narrow))
+    peak = float(np.abs(narrow).max()) or 1.0
+    x = np.clip(narrow / peak, -1, 1)
+    mu = 255.0
+    coded = np.round(np.sign(x) * np.log1p(mu * np.abs(x)) / np.log1p(mu) * 127) / 127  # 8-bit mu-law
+    decoded = np.sign(coded) * np.expm1(np.abs(coded) * np.log1p(mu)) / mu
+    return resample((decoded * peak).astype(np.float32), 8000, SAMPLE_RATE)
+
+
+def channel_effects(audio: np.ndarray, rng: random.Random) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Random speed (35 %: 0.9-1.1x), room reverb (25 %: rt60 0.2-0.7 s), telephone band and mu-law
+    coding (20 %), each independently; returns the audio and the names of the effects applied."""
+    applied = []
+    if rng.random() < 0.35:
+        audio = speed(audio, rng.uniform(0.9, 1.1))
+        applied.append("speed")
+    if rng.random() < 0.25:
+        audio = reverb(audio, rng, rng.uniform(0.2, 0.7), rng.uniform(0.3, 1.0))
+        applied.append("reverb")
+    if rng.random() < 0.2:
+        audio = telephone(audio)
+        applied.append("telephone")
+    return audio.astype(np.float32), tuple(applied)

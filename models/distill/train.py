@@ -47,6 +47,10 @@ class TrainOptions:
         threads: torch threads (1 suits a shared 2-core machine; 0 keeps torch's default).
         follow: re-read the labels at each validation pass (train while the label stage runs).
         init: a draft checkpoint to continue from (its layer sources replace ``layers``).
+        feature: train a feature-level draft (models/distill/feature_net.py) on the target's
+            hidden states (the label stage's feat/ files) instead of a draft decoder.
+        feature_weight: weight of the feature drafter's state regression (smooth L1).
+        unroll: draft steps a feature drafter is trained over (2: the second reads its own state).
     """
 
     steps: int = 2000
@@ -66,6 +70,9 @@ class TrainOptions:
     threads: int = 1
     follow: bool = False
     init: str = ""
+    feature: bool = False
+    feature_weight: float = 0.1
+    unroll: int = 2
 
 
 @dataclass(frozen=True)
@@ -281,7 +288,8 @@ def train(
 
     refresh: called at each validation pass for (train, val) examples, so training can start while
     the label stage is still adding sequences. on_eval: called after each validation pass (e.g. to
-    write a checkpoint, so an interrupted run still leaves one).
+    write a checkpoint, so an interrupted run still leaves one). With options.feature, net is a
+    FeatureDraftNet and the examples FeatureExamples.
     """
     if not train_set:
         raise ValueError("no training sequences: run the label stage (or check its filters)")
@@ -300,7 +308,32 @@ def train(
 
     val = list(val_set)[: options.max_val or None]
     crosses = CrossCache(net, encoders)
-    report = evaluate(net, val, encoders, crosses=crosses) if val else {}
+
+    def validate(examples: Sequence[Any]) -> dict[str, Any]:
+        if not examples:
+            return {}
+        if options.feature:
+            from specscribe.models.distill.feature_net import evaluate_features
+
+            return evaluate_features(net, examples, encoders, crosses, unroll=options.unroll)
+        return evaluate(net, examples, encoders, crosses=crosses)
+
+    def step_loss(chunk: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        context, _ = _autocast(options)
+        if options.feature:
+            from specscribe.models.distill.feature_net import collate_features, feature_loss
+
+            batch = collate_features(chunk, encoders, head_index, options.device)
+            cross = crosses.batch([e.item for e in chunk])  # outside autocast: its fp16 cache
+            with context:
+                return feature_loss(net, batch, cross, options.kl_weight, options.feature_weight, options.unroll)
+        batch = collate(chunk, encoders, head_index, options.device)
+        cross = _cross(net, crosses, chunk)  # outside autocast: CPU autocast refuses the fp16 cache's cat
+        with context:
+            logits = net(batch.tokens, batch.enc, cross, batch.mask)  # (M, N)
+        return distill_loss(logits, batch, options.kl_weight)
+
+    report = validate(val)
     log({"step": 0, "val": report})
     started, running = time.monotonic(), []
     net.train()
@@ -308,11 +341,7 @@ def train(
         for group in opt.param_groups:
             group["lr"] = lr_at(step - 1)
         chunk = rng.sample(list(train_set), min(options.batch_size, len(train_set)))
-        batch = collate(chunk, encoders, head_index, options.device)
-        context, _ = _autocast(options)
-        with context:
-            logits = net(batch.tokens, batch.enc, _cross(net, crosses, chunk), batch.mask)  # (M, N)
-        loss, parts = distill_loss(logits, batch, options.kl_weight)
+        loss, parts = step_loss(chunk)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -324,7 +353,7 @@ def train(
             if refresh is not None:
                 train_set, val_set = refresh()
                 val = list(val_set)[: options.max_val or None]
-            report = evaluate(net, val, encoders, crosses=crosses) if val else {}
+            report = validate(val)
             row = {"step": step, "loss": round(float(mean[0]), 4), "kl": round(float(mean[1]), 4)}
             row |= {"ce": round(float(mean[2]), 4), "lr": lr_at(step - 1), "seconds": round(time.monotonic() - started, 1)}
             log(row | {"train": len(train_set), "val_sequences": len(val), "val": report})
@@ -354,13 +383,17 @@ def train_from_folder(
     vocab_ids = None
     if options.vocab_size:
         vocab_ids = reduced_vocabulary(train_seqs, options.vocab_size, info["eot"], info["n_vocab"])
+    from specscribe.models.distill.feature_net import FeatureDraftNet, load_feature_examples
+
+    kind = FeatureDraftNet if options.feature else DraftNet
     if options.init:
         from specscribe.models.distill.export import checkpoint_sources, load_draft_into
 
-        net = DraftNet(target, checkpoint_sources(Path(options.init)), vocab_ids, options.freeze_cross_kv)
+        net = kind(target, checkpoint_sources(Path(options.init)), vocab_ids, options.freeze_cross_kv)
         load_draft_into(net, Path(options.init))
     else:
-        net = DraftNet(target, options.layers, vocab_ids, options.freeze_cross_kv)
+        net = kind(target, options.layers, vocab_ids, options.freeze_cross_kv)
+    load = load_feature_examples if options.feature else load_examples
     encoders = EncoderCache(folders)
     loaded: dict[tuple[Path, str], Example] = {}
 
@@ -369,7 +402,7 @@ def train_from_folder(
         for f in folders:
             seqs = read_labels(f)
             fresh = [s for s in seqs if (f, s.seq) not in loaded]
-            loaded.update(zip(((f, s.seq) for s in fresh), load_examples(f, fresh, info["eot"])))
+            loaded.update(zip(((f, s.seq) for s in fresh), load(f, fresh, info["eot"])))
             train_set += [loaded[f, s.seq] for s in seqs if s.split == "train"]
             val_set += [loaded[f, s.seq] for s in seqs if s.split == "val"]
         return train_set, val_set

@@ -1,6 +1,6 @@
 """Speculative decoding is lossless on real clips: at the compute type `auto` picks on this CPU
 (bfloat16 with AVX512-BF16/AMX, int8_float32 otherwise) on every clip and in float32 on three, for every drafter (a
-deliberately random one included), the tokens equal the target's own reference loop
+deliberately random one and the feature drafter on the target's hidden states included), the tokens equal the target's own reference loop
 (models/decoding.generate), with and without timestamps, in the transcribe and translate tasks.
 Exact tokens, not a tolerance: the target's passes are batch-invariant (models/invariant.py).
 
@@ -52,6 +52,21 @@ def untrained_draft(engine):
 
 
 @pytest.fixture(scope="module")
+def untrained_feature(untrained_draft):
+    """A feature draft on the untrained layers whose fusion reads the target's states (random weights)."""
+    import torch
+
+    from specscribe.models.feature_draft import feature_draft_from
+
+    draft = feature_draft_from(untrained_draft)
+    linear = draft.decoder.fuse.linear
+    d = linear.out_features
+    with torch.no_grad():
+        linear.weight[:, :d].copy_(torch.randn(d, d, generator=torch.Generator().manual_seed(0)) * 0.02)
+    return draft
+
+
+@pytest.fixture(scope="module")
 def clips(clips_dir):
     from specscribe.clips import evaluation_windows
 
@@ -74,8 +89,9 @@ def _reference(engine, encoded, request, language):
 
 
 @pytest.mark.parametrize("engine, name", _cases(), indirect=["engine"], ids=[f"{c}-{n}" for c, n in _cases()])
-def test_every_drafter_gives_the_reference_tokens(engine, untrained_draft, clips, name):
+def test_every_drafter_gives_the_reference_tokens(engine, untrained_draft, untrained_feature, clips, name):
     from specscribe.models.draft import DraftDecoderDrafter
+    from specscribe.models.feature_draft import FeatureDrafter
     from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter, RandomDrafter
     from specscribe.models.speculative import generate_window
 
@@ -84,7 +100,7 @@ def test_every_drafter_gives_the_reference_tokens(engine, untrained_draft, clips
     encoded = engine.encode(audio)
     shorter = engine.encode(audio[: max(len(audio) // 2, len(audio) - 16000)])
     tok = engine.tokenizer
-    failures, accepted = [], 0
+    failures, accepted, drafted_feature = [], 0, 0
     for task, timestamps in COMBOS:
         request = DecodeRequest(task=task, language=language, timestamps=timestamps)
         prompt, options, ref = _reference(engine, encoded, request, language)
@@ -99,6 +115,8 @@ def test_every_drafter_gives_the_reference_tokens(engine, untrained_draft, clips
             "random": RandomDrafter(engine.dims.n_vocab, seed=len(ref.tokens)),
             "decoder": DraftDecoderDrafter(untrained_draft, enc, rules, tok.eot),
         }
+        if first or engine.compute_type != "float32":  # the drafter on the target's hidden states
+            drafters["feature"] = FeatureDrafter(untrained_feature, enc, rules, tok.eot, engine.session(encoded).cross)
         if first:  # the loop without a drafter, and a chain, once per clip
             drafters["none"] = None
             drafters["hypothesis+decoder"] = ChainDrafter(
@@ -117,6 +135,8 @@ def test_every_drafter_gives_the_reference_tokens(engine, untrained_draft, clips
                 assert stats.drafted == 0 and stats.target_passes == stats.tokens
             if label == "hypothesis":
                 accepted += stats.accepted
+            if label == "feature":
+                drafted_feature += stats.drafted
         if first:  # the engine's own decode() routes through the speculative loop (auto drafter)
             req = DecodeRequest(task=task, language=language, timestamps=timestamps, hypothesis_tokens=hypothesis)
             result = engine.decode(encoded, req)
@@ -125,6 +145,7 @@ def test_every_drafter_gives_the_reference_tokens(engine, untrained_draft, clips
             assert result.stats.tokens == len(ref.tokens) + 1 and result.stats.accepted > 0
     assert not failures, f"{name}: speculative output differs from the reference: {failures}"
     assert accepted > 0  # the previous hypothesis was actually used
+    assert drafted_feature > 0  # the target's states reached the feature drafter
 
 
 def test_word_alignment_gives_ordered_words_inside_segments(engine, clips):

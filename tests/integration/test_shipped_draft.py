@@ -1,4 +1,4 @@
-"""The shipped draft decoder (models/drafts/base-draft.safetensors): it loads against base, its
+"""The shipped draft (models/drafts/base-draft.safetensors, a feature-level draft): it loads against base, its
 bytes match the committed sha256, and on two real clips the engine's output with it is exactly the
 output with `--draft none` (same engine, same default compute type), while it does draft.
 """
@@ -39,6 +39,7 @@ def test_auto_loads_the_shipped_checkpoint(engines):
     with_draft, _ = engines
     assert shipped_checkpoint("base") == CHECKPOINT
     assert with_draft.draft is not None and with_draft.draft.vocab_ids is not None
+    assert with_draft.draft.is_feature  # the feature-level draft (docs/draft_model.md)
 
 
 @pytest.mark.parametrize("name", ["jfk", "0930"])
@@ -52,7 +53,7 @@ def test_shipped_draft_output_is_the_plain_output(engines, clips_dir, name, time
     got = with_draft.decode(with_draft.encode(audio), request)
     want = plain.decode(plain.encode(audio), request)
     assert got.tokens == want.tokens and got.text == want.text
-    assert got.stats.drafted > 0 and got.stats.accepted > 0  # the draft decoder did propose
+    assert got.stats.drafted > 0 and got.stats.accepted > 0  # the feature draft did propose
     assert got.stats.target_passes < want.stats.target_passes
 
 

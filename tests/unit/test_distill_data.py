@@ -206,3 +206,36 @@ def test_data_command_builds_a_small_set(tmp_path, capsys):
     assert all((out / i.audio).is_file() for i in items)
     assert module.main(["data", "--out", str(out), "--hours", "0.004"]) == 1  # refuses to overwrite
     assert "exists" in capsys.readouterr().err
+
+
+def test_channel_effects_change_the_signal_as_named():
+    from specscribe.models.distill.synth import channel_effects, reverb, speed, telephone
+
+    t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
+    tone = (0.5 * np.sin(2 * np.pi * 1000 * t) + 0.3 * np.sin(2 * np.pi * 6000 * t)).astype(np.float32)
+    assert abs(len(speed(tone, 1.1)) - SAMPLE_RATE / 1.1) < 2
+    wet = reverb(tone, random.Random(0), rt60=0.4, wet=0.8)
+    assert len(wet) == len(tone) and not np.allclose(wet, tone, atol=1e-3)
+    phone = telephone(tone)
+    spectrum = np.abs(np.fft.rfft(phone[1000:-1000]))
+    freqs = np.fft.rfftfreq(len(phone) - 2000, 1 / SAMPLE_RATE)
+    assert spectrum[np.abs(freqs - 6000) < 50].max() < 0.01 * spectrum[np.abs(freqs - 1000) < 50].max()  # band-limited
+    seen = set()
+    for seed in range(30):
+        out, applied = channel_effects(tone, random.Random(seed))
+        assert out.dtype == np.float32 and np.isfinite(out).all()
+        assert ("speed" in applied) == (len(out) != len(tone))
+        seen |= set(applied)
+    assert seen == {"speed", "reverb", "telephone"}
+
+
+def test_effects_are_named_and_off_leaves_the_choices_as_before(tmp_path):
+    """Effects draw from their own random stream: with them off, texts, languages and splits are the
+    datasets of before (the shipped draft's recipe); with them on, the windows name their effects."""
+    base = dict(hours=0.02, seed=4, languages={"en": 0.7, "de": 0.3}, backends={"espeak": 1})
+    backends = {"espeak": ToneSynth()}
+    on = data.build_dataset(tmp_path / "on", _corpus(), backends, data.DataOptions(**base), log=lambda _: None)
+    off = data.build_dataset(tmp_path / "off", _corpus(), backends, data.DataOptions(**base, effects=False), log=lambda _: None)
+    assert any("+" in v for i in on for v in i.voice.split(" + ")), [i.voice for i in on]
+    assert not any("+speed" in i.voice or "+reverb" in i.voice or "+telephone" in i.voice for i in off)
+    assert off[0].sources == on[0].sources  # the first text is picked before any effect is drawn

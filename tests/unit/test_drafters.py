@@ -73,7 +73,7 @@ def test_chain_takes_first_non_empty_and_forwards_every_call():
             self.calls.append("propose")
             return Draft(self.tokens[:k])
 
-        def accept(self, generated):
+        def accept(self, generated, features=None):
             self.calls.append("accept")
 
         def finish(self):

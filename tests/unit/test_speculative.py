@@ -128,7 +128,7 @@ class ScriptDrafter:
             self.clock.now += self.cost_s * k
         return Draft(tuple(self.fn(list(generated), k)))
 
-    def accept(self, generated):
+    def accept(self, generated, features=None):
         self.accepted_calls.append(list(generated))
 
     def finish(self):
@@ -333,7 +333,7 @@ class SamplingDrafter:
             probs.append(q)
         return Draft(tuple(toks), torch.stack(probs))
 
-    def accept(self, generated):
+    def accept(self, generated, features=None):
         pass
 
     def finish(self):
