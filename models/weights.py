@@ -217,3 +217,46 @@ def _count_layers(model: Ct2Model, scope: str) -> int:
     if n == 0:
         raise ModelError(f"model.bin has no {scope} layers (not a Whisper model?)")
     return n
+
+
+def torch_state_dict(ct2: Ct2Model, dims: WhisperDims) -> dict[str, torch.Tensor]:
+    """The float32 state dict of models/whisper.py's WhisperModel, from CTranslate2's variable names."""
+    f = ct2.float
+    sd: dict[str, torch.Tensor] = {}
+
+    def linear(dst: str, src: str) -> None:
+        sd[dst + ".weight"] = f(src + "/weight")
+        sd[dst + ".bias"] = f(src + "/bias")
+
+    def norm(dst: str, src: str) -> None:
+        sd[dst + ".weight"] = f(src + "/gamma")
+        sd[dst + ".bias"] = f(src + "/beta")
+
+    linear("encoder.conv1", "encoder/conv1")
+    linear("encoder.conv2", "encoder/conv2")
+    sd["encoder.positional_embedding"] = f("encoder/position_encodings/encodings")
+    for i in range(dims.n_audio_layer):
+        p, s = f"encoder.layers.{i}.", f"encoder/layer_{i}/"
+        norm(p + "attn_ln", s + "self_attention/layer_norm")
+        linear(p + "qkv", s + "self_attention/linear_0")
+        linear(p + "out", s + "self_attention/linear_1")
+        norm(p + "mlp_ln", s + "ffn/layer_norm")
+        linear(p + "mlp.fc1", s + "ffn/linear_0")
+        linear(p + "mlp.fc2", s + "ffn/linear_1")
+    norm("encoder.ln_post", "encoder/layer_norm")
+    sd["decoder.token_embedding.weight"] = f("decoder/embeddings/weight")
+    sd["decoder.positional_embedding"] = f("decoder/position_encodings/encodings")
+    for i in range(dims.n_text_layer):
+        p, s = f"decoder.layers.{i}.", f"decoder/layer_{i}/"
+        norm(p + "attn_ln", s + "self_attention/layer_norm")
+        linear(p + "qkv", s + "self_attention/linear_0")
+        linear(p + "out", s + "self_attention/linear_1")
+        norm(p + "cross_ln", s + "attention/layer_norm")
+        linear(p + "cross_q", s + "attention/linear_0")
+        linear(p + "cross_kv", s + "attention/linear_1")
+        linear(p + "cross_out", s + "attention/linear_2")
+        norm(p + "mlp_ln", s + "ffn/layer_norm")
+        linear(p + "mlp.fc1", s + "ffn/linear_0")
+        linear(p + "mlp.fc2", s + "ffn/linear_1")
+    norm("decoder.ln", "decoder/layer_norm")
+    return sd

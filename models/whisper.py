@@ -36,7 +36,7 @@ from torch import nn
 
 from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks, causal_mask
 from specscribe.models.kv_cache import KVCache
-from specscribe.models.weights import Ct2Model, WhisperDims
+from specscribe.models.weights import Ct2Model, WhisperDims, torch_state_dict
 
 LN_EPS = 1e-5
 
@@ -239,7 +239,7 @@ class TextDecoder(nn.Module):
         and, with want_scores, the cross-attention logits (n_layers, H, T, S) float32.
         Each part's session keeps the final-LN hidden states of those rows as ``hidden``
         (T - logits_from, d): what a feature drafter reads. With a fuse module (a feature drafter),
-        a row's input is fuse([features, token embedding]) + position, so every part has features.
+        a row's input is fuse(features, token embedding) + position, so every part must carry features.
         With a pass_shape, a part's outputs are bitwise the same whatever the other parts are.
         """
         seqs, ids, positions, feats, row0 = [], [], [], [], 0
@@ -420,52 +420,10 @@ class WhisperModel(nn.Module):
         dims = WhisperDims.from_model(ct2)
         with torch.device("meta"):  # no random init: every weight comes from the file
             model = cls(dims)
-        sd = _state_dict_from_ct2(ct2, dims)
+        sd = torch_state_dict(ct2, dims)
         missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
         missing = [m for m in missing if m != "decoder.proj.weight"]
         if missing or unexpected:
             raise ValueError(f"weight mapping mismatch: missing {missing[:3]}, unexpected {unexpected[:3]}")
         model.decoder.proj.weight = model.decoder.token_embedding.weight  # re-tie after assign
         return model.eval()
-
-
-def _state_dict_from_ct2(ct2: Ct2Model, dims: WhisperDims) -> dict[str, torch.Tensor]:
-    f = ct2.float
-    sd: dict[str, torch.Tensor] = {}
-
-    def linear(dst: str, src: str) -> None:
-        sd[dst + ".weight"] = f(src + "/weight")
-        sd[dst + ".bias"] = f(src + "/bias")
-
-    def norm(dst: str, src: str) -> None:
-        sd[dst + ".weight"] = f(src + "/gamma")
-        sd[dst + ".bias"] = f(src + "/beta")
-
-    linear("encoder.conv1", "encoder/conv1")
-    linear("encoder.conv2", "encoder/conv2")
-    sd["encoder.positional_embedding"] = f("encoder/position_encodings/encodings")
-    for i in range(dims.n_audio_layer):
-        p, s = f"encoder.layers.{i}.", f"encoder/layer_{i}/"
-        norm(p + "attn_ln", s + "self_attention/layer_norm")
-        linear(p + "qkv", s + "self_attention/linear_0")
-        linear(p + "out", s + "self_attention/linear_1")
-        norm(p + "mlp_ln", s + "ffn/layer_norm")
-        linear(p + "mlp.fc1", s + "ffn/linear_0")
-        linear(p + "mlp.fc2", s + "ffn/linear_1")
-    norm("encoder.ln_post", "encoder/layer_norm")
-    sd["decoder.token_embedding.weight"] = f("decoder/embeddings/weight")
-    sd["decoder.positional_embedding"] = f("decoder/position_encodings/encodings")
-    for i in range(dims.n_text_layer):
-        p, s = f"decoder.layers.{i}.", f"decoder/layer_{i}/"
-        norm(p + "attn_ln", s + "self_attention/layer_norm")
-        linear(p + "qkv", s + "self_attention/linear_0")
-        linear(p + "out", s + "self_attention/linear_1")
-        norm(p + "cross_ln", s + "attention/layer_norm")
-        linear(p + "cross_q", s + "attention/linear_0")
-        linear(p + "cross_kv", s + "attention/linear_1")
-        linear(p + "cross_out", s + "attention/linear_2")
-        norm(p + "mlp_ln", s + "ffn/layer_norm")
-        linear(p + "mlp.fc1", s + "ffn/linear_0")
-        linear(p + "mlp.fc2", s + "ffn/linear_1")
-    norm("decoder.ln", "decoder/layer_norm")
-    return sd
