@@ -17,6 +17,10 @@ class DecoderSession(Protocol):
     Many sessions of one TextDecoder can also share a pass (models/whisper.py ``run_pass``).
     """
 
+    # (rows, d) the final-LN hidden states of the last pass's head rows (what feature drafters
+    # read, models/feature_draft.py); None before any pass, or where a session has none
+    hidden: torch.Tensor | None
+
     @property
     def length(self) -> int:
         """Number of tokens currently in the KV cache."""

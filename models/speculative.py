@@ -271,7 +271,7 @@ class SpecSequence:
         self.pending = [self.generated[-1]]
         t1 = self.clock()
         if self.drafter is not None:
-            hidden = getattr(self.target, "hidden", None)  # (rows, d): the target's states, for feature drafters
+            hidden = self.target.hidden  # (rows, d): the target's states, for feature drafters
             states = None if hidden is None else hidden[len(pending) - 1 - self._first :][: len(emitted)]
             self.drafter.accept(self.generated, states)
         draft_ms = self.propose_ms + (self.clock() - t1) * 1e3

@@ -30,6 +30,7 @@ class DistSession:
     """A DecoderSession whose rows are dist(generated prefix); fork / copy_from copy the cache."""
 
     forks = 0
+    hidden = None
 
     def __init__(self, dist: Dist, n_ctx: int = 64):
         self.dist, self.n_ctx, self.cache = dist, n_ctx, []

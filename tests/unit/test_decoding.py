@@ -14,6 +14,8 @@ V, EOT, SOT, NO_TS, TS = 20, 10, 11, 12, 13
 class ScriptedSession:
     """A DecoderSession whose argmax after n cached tokens is script[n - prompt_len]."""
 
+    hidden = None
+
     def __init__(self, prompt_len: int, script: list[int]):
         self.prompt_len, self.script, self.length, self.calls = prompt_len, script, 0, []
 

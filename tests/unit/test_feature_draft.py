@@ -142,11 +142,7 @@ def test_checkpoint_round_trip_and_build_drafter(tmp_path):
     enc = torch.randn(1, S, D)
     drafter = build_drafter("decoder", [], draft, enc, NoRules(), EOT)
     assert isinstance(drafter, FeatureDrafter)
-    assert not DraftDecoder.load(export_draft(train_net(dec), tmp_path / "d.safetensors", dec, SHA, {}), dec, SHA).is_feature
-
-
-def train_net(dec):
-    return DraftNet(dec, (0,))
+    assert not DraftDecoder.load(export_draft(DraftNet(dec, (0,)), tmp_path / "d.safetensors", dec, SHA, {}), dec, SHA).is_feature
 
 
 def test_feature_training_raises_agreement(tmp_path):

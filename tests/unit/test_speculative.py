@@ -32,6 +32,8 @@ class TableSession:
     is the smallest allowed id. Records every forward and every crop (with the cache after it).
     """
 
+    hidden = None  # no hidden states: feature drafters draft nothing here
+
     def __init__(self, next_token: Callable[[tuple[int, ...]], int], n_ctx: int = 64, clock=None, pass_s=0.010):
         self.next_token = next_token
         self.n_ctx = n_ctx
