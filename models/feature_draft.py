@@ -46,7 +46,7 @@ def feature_draft_from(draft: DraftDecoder) -> DraftDecoder:
     fuse = initial_fuse(draft.decoder.token_embedding.weight).to(device=ref.device, dtype=ref.dtype)
     target = draft.decoder  # only its shared parts (embedding, positions, final LN) are read
     out = DraftDecoder(target, list(draft.decoder.layers), draft.sources, fuse=fuse)
-    out.decoder.proj, out.vocab_ids = draft.decoder.proj, draft.vocab_ids  # the same (reduced) head
+    out.vocab_ids = draft.vocab_ids  # its head is already draft's (reduced) one: target.proj above
     out.shared_cross_kv = draft.shared_cross_kv
     return out
 
