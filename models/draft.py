@@ -212,11 +212,8 @@ class DraftDecoder:
                 fuse.load_state_dict(fuse_state, strict=True)
             except RuntimeError as exc:
                 raise ModelError(f"draft checkpoint {path} has a broken feature fusion ({str(exc).splitlines()[0]})") from None
-        ref = next((p for p in target.layers.parameters() if p.is_floating_point()), None)
-        if ref is not None:
-            layers = layers.to(device=ref.device, dtype=ref.dtype)
-            fuse = None if fuse is None else fuse.to(device=ref.device, dtype=ref.dtype)
-        draft = cls(target, list(layers.eval()), sources, vocab_ids, None if fuse is None else fuse.eval())
+        layers, fuse = fit_to_target(target, layers, fuse)
+        draft = cls(target, list(layers), sources, vocab_ids, fuse)
         draft.shared_cross_kv = meta.get("shared_cross_kv") == "true"
         draft.group_acceptance = _group_acceptance(meta.get("training"))
         return draft
@@ -226,6 +223,16 @@ class DraftDecoder:
         acceptance there is at least AUTO_MIN_ACCEPTANCE (unknown groups: yes)."""
         group = f"{'en' if language == 'en' else 'xx'}-{task}"
         return self.group_acceptance.get(group, 1.0) >= AUTO_MIN_ACCEPTANCE
+
+
+def fit_to_target(target: TextDecoder, layers: nn.ModuleList, fuse: StateFuse | None) -> tuple[nn.ModuleList, StateFuse | None]:
+    """Draft modules in eval mode, in the dtype and on the device of the target's decoder layers
+    (float32 if these are quantized: quantize the draft yourself then, prepare_draft)."""
+    ref = next((p for p in target.layers.parameters() if p.is_floating_point()), None)
+    if ref is not None:
+        layers = layers.to(device=ref.device, dtype=ref.dtype)
+        fuse = None if fuse is None else fuse.to(device=ref.device, dtype=ref.dtype)
+    return layers.eval(), None if fuse is None else fuse.eval()
 
 
 def _group_acceptance(training: str | None) -> dict[str, float]:
@@ -371,10 +378,15 @@ def load_draft_decoder(
     sha = target_sha256(folder, model_name)
     if mismatch_ok and checkpoint_target(path) != sha:
         return None
-    draft = DraftDecoder.load(path, target, sha)
+    return prepare_draft(DraftDecoder.load(path, target, sha), compute_type)
+
+
+def prepare_draft(draft: DraftDecoder, compute_type: str) -> DraftDecoder:
+    """Ready a loaded (or adapted) draft for inference: int8 under the int8 compute types, else
+    oneDNN-prepacked weights for its one-token steps (a plain, not batch-invariant, decoder)."""
     if compute_type in ("int8", "int8_float32"):
         draft.quantize_int8()
-    else:  # oneDNN-prepacked weights for its one-token steps (a plain, not batch-invariant, decoder)
+    else:
         from specscribe.models.compute import pack_decoder
 
         pack_decoder(draft.decoder, 1)

@@ -39,6 +39,8 @@ class EngineOptions:
             0 picks by compute type and device (models/compute.py pass_rows_for).
         query_block: attention query rows per call of such a pass (PassShape.query_block); 0 picks
             by compute type and device (models/compute.py query_block_for).
+        adapt_draft: train the draft online on the target's outputs, in idle time (models/adapt.py).
+        adapt_save: where an adapted draft state is written each time one is swapped in.
     """
 
     engine: EngineName = "spec"
@@ -50,6 +52,8 @@ class EngineOptions:
     threads: int = 0
     pass_rows: int = 0
     query_block: int = 0
+    adapt_draft: bool = False
+    adapt_save: str | None = None
 
 
 class Transcriber(Protocol):
@@ -149,6 +153,10 @@ def load_transcriber(options: EngineOptions) -> Transcriber:
     from specscribe.models.registry import resolve_model
 
     folder = resolve_model(options.model)
+    if options.adapt_draft and options.engine != "spec":
+        from specscribe.models.errors import ModelError
+
+        raise ModelError("--adapt-draft needs the spec engine (the ct2 engine has no draft)")
     if options.engine == "ct2":
         from specscribe.models.ct2_engine import Ct2Engine
 

@@ -17,7 +17,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 import torch
@@ -126,6 +126,26 @@ class SpecEngine:
                 self.model.decoder, folder, self.model_name, options.draft_model, self.compute_type,
                 untrained_ok=options.draft == "decoder", mismatch_ok=options.draft == "auto" and not options.draft_model,
             )
+        # --adapt-draft: the draft keeps learning from this engine's outputs in idle time
+        self.adapter = self._adapter(folder, options) if options.adapt_draft else None
+
+    def _adapter(self, folder: Path, options: EngineOptions):
+        from specscribe.models.adapt import AdaptOptions, DraftAdapter, served_draft
+        from specscribe.models.draft import shipped_checkpoint, target_sha256
+
+        path = Path(options.draft_model).expanduser() if options.draft_model else shipped_checkpoint(self.model_name)
+        if self.draft is None or path is None:
+            raise ModelError("--adapt-draft needs a trained draft for this model (the shipped one, or "
+                             "--draft-model PATH) and --draft auto or decoder")
+
+        def install(net) -> None:  # decodes in flight keep the draft they started with
+            self.draft = served_draft(net, self.model.decoder, self.draft, self.compute_type)
+
+        return DraftAdapter(
+            self.model.decoder, path, target_sha256(folder, self.model_name), self.tokenizer.eot,
+            lambda enc: self.session(EncodedAudio(duration=0.0, handle=enc)), install,
+            AdaptOptions(save=options.adapt_save), device=self.device,
+        )
 
     # --- helpers -----------------------------------------------------------------------
     def features(self, audio: np.ndarray) -> np.ndarray:
@@ -256,7 +276,11 @@ class SpecEngine:
             # of it per pass (the draft decoder caps its own rounds: DraftDecoderDrafter.max_k)
             spec = hypothesis_spec_options(tok.eot, request.hypothesis_tokens)
         sequence = window_sequence(session, prompt, rules, options, drafter, self.dims.n_text_ctx, spec)
-        return _Decode(sequence, options, encoded.duration, language, language_probability, request.temperature)
+        learn = None
+        if self.adapter is not None and request.temperature == 0 and self.draft.pays_for(language, request.task):
+            group = f"{'en' if language == 'en' else 'xx'}-{request.task}"
+            learn = lambda tokens: self.adapter.observe(encoded.handle, prompt, tokens, rules, group)  # noqa: E731
+        return _Decode(sequence, options, encoded.duration, language, language_probability, request.temperature, learn)
 
     def _hypothesis_group(self, session: DecoderSession, prompt: list[int], rules: WhisperLogitRules,
                           options: GenerateOptions, request: DecodeRequest) -> BeamSequence | SampleGroup:
@@ -274,6 +298,8 @@ class SpecEngine:
 
         gen, tok = to_generation(res, job.options), self.tokenizer
         tokens = list(gen.tokens)
+        if job.learn is not None and tokens and res.stats.tokens > len(tokens):  # ended by end-of-text
+            job.learn(tokens)
         alternatives = []
         for alt in res.alternatives:
             g = to_generation(alt, job.options)
@@ -336,6 +362,7 @@ class _Decode:
     language: str
     language_probability: float
     temperature: float
+    learn: Callable[[Sequence[int]], None] | None = None  # --adapt-draft: hands the tokens to the adapter
 
 
 class SpecDecodeLoop:

@@ -32,7 +32,7 @@ from specscribe.models.engines import EngineOptions, Transcriber
 from specscribe.models.errors import ModelError
 from specscribe.pipeline.audio import SAMPLE_RATE, AudioError
 from specscribe.pipeline.inputs import AudioLoader, InputItem, probe_duration, read_item, seconds_after
-from specscribe.pipeline.lanes import Lane, LaneRunner
+from specscribe.pipeline.lanes import Lane, LaneRunner, idle_work
 from specscribe.pipeline.longform import (
     FilePlan, LaneOutput, LongformOptions, Transcript, lane_program, merge_lanes, plan_file, split_lanes,
 )
@@ -112,7 +112,7 @@ class _FileRun:
 
     def __init__(self, transcriber: Transcriber, options: BatchOptions, progress: BatchProgress | None, report: Report):
         self.transcriber, self.options, self.progress, self.report = transcriber, options, progress, report
-        self.runner = LaneRunner(transcriber.decode_loop(), max(1, options.batch_size))
+        self.runner = LaneRunner(transcriber.decode_loop(), max(1, options.batch_size), idle_work(transcriber))
         self._files: dict[int, _FileJob] = {}
 
     def run(self, items: Sequence[InputItem], after: Sequence[float], load: AudioLoader | None = None) -> None:

@@ -14,11 +14,14 @@ because the engine's passes are batch-invariant (models/invariant.py).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Hashable, Iterator
 
 from specscribe.models.engines import DecodeLoop
 from specscribe.models.types import DecodeRequest, EncodedAudio, WindowResult
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,12 @@ Lane = Generator[DecodeCall, WindowResult, Any]
 class LaneRunner:
     """Runs lanes over one DecodeLoop, at most ``width`` of them with a decode in flight."""
 
-    def __init__(self, loop: DecodeLoop, width: int):
+    def __init__(self, loop: DecodeLoop, width: int, idle: Callable[[], Any] | None = None):
+        """idle: work run after each step that finished a window (--adapt-draft's adapter.drain:
+        bounded by the windows it was given), between windows, never inside a step."""
         if width < 1:
             raise ValueError(f"width must be >= 1, got {width}")
-        self.loop, self.width = loop, width
+        self.loop, self.width, self.idle = loop, width, idle
         self._active: dict[Hashable, Lane] = {}
 
     def run(
@@ -55,11 +60,21 @@ class LaneRunner:
         """
         self._fill(lanes, done, failed)
         while self._active:
-            for key, result in self.loop.step():
+            finished = self.loop.step()
+            for key, result in finished:
                 lane = self._active.pop(key, None)
                 if lane is not None:
                     self._advance(key, lane, result, done, failed)
+            if finished and self.idle is not None:
+                self._run_idle()
             self._fill(lanes, done, failed)
+
+    def _run_idle(self) -> None:
+        try:
+            self.idle()
+        except Exception:  # idle work (adaptation) only ever costs speed: a fault turns it off
+            log.exception("idle work failed; it is off for the rest of this run")
+            self.idle = None
 
     def cancel(self, key: Hashable) -> None:
         """Stop a lane: its decode in flight is dropped, its program closed."""
@@ -88,3 +103,9 @@ class LaneRunner:
             failed(key, exc)
             return
         self._active[key] = lane
+
+
+def idle_work(transcriber) -> Callable[[], Any] | None:
+    """What a batch runs between windows: the engine's draft adapter (--adapt-draft), if any."""
+    adapter = getattr(transcriber, "adapter", None)
+    return adapter.drain if adapter is not None else None

@@ -37,7 +37,7 @@ from specscribe.models.engines import Transcriber
 from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, SpecStats, Task, WindowResult, Word
 from specscribe.pipeline.alternatives import with_alternatives
 from specscribe.pipeline.audio import SAMPLE_RATE
-from specscribe.pipeline.lanes import DecodeCall, LaneRunner
+from specscribe.pipeline.lanes import DecodeCall, LaneRunner, idle_work
 from specscribe.pipeline.transcript import LongformOptions, TaskChoice, Timing, Transcript, WindowInfo
 from specscribe.pipeline.windows import SpeechDetector, Window, plan_windows, silero_speech
 
@@ -330,7 +330,7 @@ def transcribe_audio(
     stretches = split_lanes(plan.windows, lanes)
     outputs: dict[int, LaneOutput] = {}
     errors: list[BaseException] = []
-    runner = LaneRunner(transcriber.decode_loop(), width or max(1, len(stretches)))
+    runner = LaneRunner(transcriber.decode_loop(), width or max(1, len(stretches)), idle_work(transcriber))
     programs = ((i, lane_program(transcriber, audio, plan, w, options, advance)) for i, w in enumerate(stretches))
     runner.run(iter(programs), outputs.__setitem__, lambda key, exc: errors.append(exc))
     if errors:

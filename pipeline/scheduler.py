@@ -20,6 +20,9 @@ loop): start jobs, one decode step, resume the programs whose decode finished, a
   (translation, REST upload) that has waited ``background_wait`` seconds ranks as an UPDATE.
 - Load: the turnaround of caption jobs (submitted to done) feeds pipeline/load.py's lag; sessions
   read ``load``.
+- Idle work: with ``--adapt-draft`` (models/adapt.py) the engine's draft adapter runs one short
+  unit of training at a time, and only while no job runs or waits; a job that arrives meanwhile
+  waits for that unit at most (AdaptStats.longest_unit_ms).
 - Memory: once the model has been idle for ``idle_trim_s``, freed heap memory goes back to the OS
   (pipeline/memory.py), so a server's RSS does not creep up with allocator fragmentation.
 """
@@ -108,6 +111,7 @@ class ModelScheduler:
         self._meter = LagMeter(options.load)
         self._model_s: dict[str, float] = {}  # per open session, on the event loop's side
         self._thread: threading.Thread | None = None
+        self._adapter = getattr(transcriber, "adapter", None)  # --adapt-draft's idle-time trainer
         self._outstanding = 0  # jobs submitted and not yet returned (event loop side)
         self.jobs_done = 0
         self.steps = 0  # decode steps (target passes shared by the running decodes)
@@ -198,13 +202,17 @@ class ModelScheduler:
         trimmed = True  # nothing freed yet
         while True:
             with self._cond:
-                trim = self._wait_for_work(running, trim_after=None if trimmed else self.options.idle_trim_s)
+                idle = self._wait_for_work(running, trim_after=None if trimmed else self.options.idle_trim_s)
                 if self._closed:
                     break
-                if not trim:
+                if idle is None:
                     self._drop_forgotten(decodes, running)
                     starts = self._pick(min(1, self.options.width - len(running)))
-            if trim:  # outside the lock: sessions can submit meanwhile
+            if idle == "adapt":  # outside the lock; one short unit, then look for jobs again
+                self._adapt()
+                trimmed = False
+                continue
+            if idle == "trim":  # outside the lock: sessions can submit meanwhile
                 started = time.perf_counter()
                 release_free_memory()
                 self.memory_trims += 1
@@ -238,14 +246,24 @@ class ModelScheduler:
             decodes.cancel(tag)
             _settle(job, cancel=True)
 
-    def _wait_for_work(self, running: dict[int, _Job], trim_after: float | None) -> bool:
-        """Wait (caller holds the lock) until there is work or the scheduler closes; True instead when
-        the model has been idle for trim_after seconds (None: wait for work however long)."""
+    def _wait_for_work(self, running: dict[int, _Job], trim_after: float | None) -> str | None:
+        """Wait (caller holds the lock) until there is work or the scheduler closes (None), or idle
+        work is due: "adapt" when the draft adapter has a unit to run, "trim" when the model has
+        been idle for trim_after seconds (None: wait for work however long)."""
         while not self._closed and not running and not self._waiting:
+            if self._adapter is not None and self._adapter.pending():
+                return "adapt"
             self._meter.reset()  # idle: the next busy spell starts without lag
             if not self._cond.wait(trim_after) and trim_after is not None:
-                return True
-        return False
+                return "trim"
+        return None
+
+    def _adapt(self) -> None:
+        try:
+            self._adapter.work()
+        except Exception:  # adaptation only ever costs speed: a fault turns it off, serving goes on
+            log.exception("draft adaptation failed; it is off from now on")
+            self._adapter = None
 
     def _decode_loop(self) -> Any:
         make = getattr(self.transcriber, "decode_loop", None)  # engines without one decode one by one

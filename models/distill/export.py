@@ -11,6 +11,7 @@ are the target's own, so the target's cross K/V of those layers can be reused) a
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,8 @@ def draft_metadata(net: DraftNet, target: TextDecoder, target_sha256: str) -> di
 def export_draft(
     net: DraftNet, path: Path, target: TextDecoder, target_sha256: str, training: dict[str, Any]
 ) -> Path:
-    """Write the checkpoint (fp16) and PATH.sha256; returns the path."""
+    """Write the checkpoint (fp16) and PATH.sha256, each atomically (a reader, or an engine
+    loading it meanwhile, sees the old file or the new one); returns the path."""
     from safetensors.torch import save_file
 
     from specscribe.models.registry import sha256_file
@@ -83,8 +85,12 @@ def export_draft(
     metadata["training"] = json.dumps(training, default=str)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(draft_state(net), str(path), metadata=metadata)
-    Path(str(path) + ".sha256").write_text(f"{sha256_file(path)}  {path.name}\n")
+    partial = path.with_name(path.name + ".partial")
+    save_file(draft_state(net), str(partial), metadata=metadata)
+    digest = Path(str(path) + ".sha256.partial")
+    digest.write_text(f"{sha256_file(partial)}  {path.name}\n")
+    os.replace(partial, path)
+    os.replace(digest, str(path) + ".sha256")
     return path
 
 

@@ -38,8 +38,9 @@ class FeatureDraftNet(DraftNet):
     ``initial_fuse``: the state not read yet)."""
 
     def __init__(self, target: TextDecoder, source_layers: Sequence[int] = (0, -1),
-                 vocab_ids: torch.Tensor | None = None, freeze_cross_kv: bool = True):
-        super().__init__(target, source_layers, vocab_ids, freeze_cross_kv)
+                 vocab_ids: torch.Tensor | None = None, freeze_cross_kv: bool = True,
+                 layers: Sequence | None = None):
+        super().__init__(target, source_layers, vocab_ids, freeze_cross_kv, layers)
         from specscribe.models.feature_draft import initial_fuse
 
         self.fuse = initial_fuse(self.embedding)

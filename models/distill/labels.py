@@ -119,8 +119,6 @@ class EngineTeacher:
         return encoded, encoded.handle[0].to(dtype=torch.float16).cpu().numpy()
 
     def label(self, handle, language, task, timestamps, previous, top_k) -> PseudoLabel:
-        import torch
-
         from specscribe.models.types import DecodeRequest
 
         request = DecodeRequest(task=task, language=language, timestamps=timestamps, prompt_tokens=tuple(previous))
@@ -128,12 +126,7 @@ class EngineTeacher:
         prompt = self.engine.prompt(request, language)
         rules = self.engine.rules(request)
         tokens = list(result.tokens)
-        session = self.engine.session(handle)
-        logits = session.forward(prompt + tokens)[len(prompt) - 1 :]  # (n+1, V), teacher forced
-        features = session.hidden[len(prompt) - 1 :]  # (n+1, d)
-        rows = [rules.apply(logits[i], tokens[:i]) for i in range(len(tokens) + 1)]
-        filtered = torch.stack(rows).float().clamp_min(NEG_FILL)  # (n+1, V)
-        values, indices = filtered.topk(top_k, dim=-1)  # (n+1, k)
+        values, indices, features = teacher_forced(self.engine.session(handle), prompt, tokens, rules, top_k)
         return PseudoLabel(
             prompt=tuple(prompt),
             tokens=tuple(tokens),
@@ -143,8 +136,26 @@ class EngineTeacher:
             finished=result.stats.tokens > len(tokens),  # end-of-text counted
             topk_values=values.numpy().astype(np.float16),
             topk_indices=indices.numpy().astype(np.int32),
-            features=features.to(torch.float16).cpu().numpy(),
+            features=features.numpy(),
         )
+
+
+def teacher_forced(session, prompt: Sequence[int], tokens: Sequence[int], rules, top_k: int):
+    """One teacher-forced target pass over prompt + tokens on a fresh DecoderSession: at each of the
+    n+1 label positions (row i predicts tokens[i], the last end-of-text) the target's top-k logits
+    after its logit rules, and its final-LN hidden state.
+
+    Returns values (n+1, k) float32 (-inf as NEG_FILL), indices (n+1, k) long, states (n+1, d) float16.
+    """
+    import torch
+
+    prompt, tokens = list(prompt), list(tokens)
+    logits = session.forward(prompt + tokens)[len(prompt) - 1 :]  # (n+1, V)
+    states = session.hidden[len(prompt) - 1 :]  # (n+1, d)
+    rows = [rules.apply(logits[i], tokens[:i]) for i in range(len(tokens) + 1)]
+    filtered = torch.stack(rows).float().clamp_min(NEG_FILL)  # (n+1, V)
+    values, indices = filtered.topk(top_k, dim=-1)  # (n+1, k)
+    return values, indices, states.to(torch.float16).cpu()
 
 
 def load_teacher(model: str, options: LabelOptions) -> EngineTeacher:

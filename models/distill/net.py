@@ -63,14 +63,21 @@ class DraftNet(nn.Module):
         source_layers: Sequence[int],
         vocab_ids: torch.Tensor | None = None,
         freeze_cross_kv: bool = True,
+        layers: Sequence[DecoderLayer] | None = None,
     ):
+        """layers: the draft's own (float32) layers instead of copies of the target's, for a
+        target whose layers are not plain modules any more (an engine's packed decoder)."""
         super().__init__()
         self.source_layers = tuple(int(i) for i in source_layers)
         n = len(target.layers)
         if not self.source_layers or any(not -n <= i < n for i in self.source_layers):
             raise ValueError(f"source layers {self.source_layers} out of range for a {n}-layer target")
         self.source_layers = tuple(i % n for i in self.source_layers)
-        self.layers = nn.ModuleList(copy.deepcopy(target.layers[i]).float() for i in self.source_layers)
+        if layers is None:
+            layers = [copy.deepcopy(target.layers[i]) for i in self.source_layers]
+        if len(layers) != len(self.source_layers):
+            raise ValueError(f"{len(layers)} layers for {len(self.source_layers)} source layers")
+        self.layers = nn.ModuleList(layer.float() for layer in layers)
         self.freeze_cross_kv = freeze_cross_kv
         for layer in self.layers:
             for p in layer.parameters():

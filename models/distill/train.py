@@ -153,6 +153,10 @@ class CrossCache:
         per_layer = zip(*(self._cache[item] for item in items))
         return [(torch.cat([k for k, _ in kv]).float(), torch.cat([v for _, v in kv]).float()) for kv in per_layer]
 
+    def forget(self, item: str) -> None:
+        """Drop an item's K/V (an online buffer evicting a window)."""
+        self._cache.pop(item, None)
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -274,6 +278,25 @@ def evaluate(
     return acceptance_report(matches)
 
 
+def example_loss(net: DraftNet, chunk: Sequence[Any], encoders: EncoderCache, crosses: CrossCache,
+                 head_index: torch.Tensor | None, options: TrainOptions) -> tuple[torch.Tensor, dict[str, float]]:
+    """The training loss of one batch of examples (FeatureExamples with options.feature), under
+    bf16 autocast where options.dtype asks for it; (loss, {"kl", "ce"[, "feature"]})."""
+    context, _ = _autocast(options)
+    if options.feature:
+        from specscribe.models.distill.feature_net import collate_features, feature_loss
+
+        batch = collate_features(chunk, encoders, head_index, options.device)
+        cross = crosses.batch([e.item for e in chunk])  # outside autocast: its fp16 cache
+        with context:
+            return feature_loss(net, batch, cross, options.kl_weight, options.feature_weight, options.unroll)
+    batch = collate(chunk, encoders, head_index, options.device)
+    cross = _cross(net, crosses, chunk)  # outside autocast: CPU autocast refuses the fp16 cache's cat
+    with context:
+        logits = net(batch.tokens, batch.enc, cross, batch.mask)  # (M, N)
+    return distill_loss(logits, batch, options.kl_weight)
+
+
 def train(
     net: DraftNet,
     train_set: Sequence[Example],
@@ -318,21 +341,6 @@ def train(
             return evaluate_features(net, examples, encoders, crosses, unroll=options.unroll)
         return evaluate(net, examples, encoders, crosses=crosses)
 
-    def step_loss(chunk: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        context, _ = _autocast(options)
-        if options.feature:
-            from specscribe.models.distill.feature_net import collate_features, feature_loss
-
-            batch = collate_features(chunk, encoders, head_index, options.device)
-            cross = crosses.batch([e.item for e in chunk])  # outside autocast: its fp16 cache
-            with context:
-                return feature_loss(net, batch, cross, options.kl_weight, options.feature_weight, options.unroll)
-        batch = collate(chunk, encoders, head_index, options.device)
-        cross = _cross(net, crosses, chunk)  # outside autocast: CPU autocast refuses the fp16 cache's cat
-        with context:
-            logits = net(batch.tokens, batch.enc, cross, batch.mask)  # (M, N)
-        return distill_loss(logits, batch, options.kl_weight)
-
     report = validate(val)
     log({"step": 0, "val": report})
     started, running = time.monotonic(), []
@@ -341,7 +349,7 @@ def train(
         for group in opt.param_groups:
             group["lr"] = lr_at(step - 1)
         chunk = rng.sample(list(train_set), min(options.batch_size, len(train_set)))
-        loss, parts = step_loss(chunk)
+        loss, parts = example_loss(net, chunk, encoders, crosses, head_index, options)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -22,6 +22,11 @@ def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--devic
                    help="drafter for the spec engine (none: plain target greedy on the same engine)")
     g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (safetensors)")
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: library default)")
+    g.add_argument("--adapt-draft", action="store_true",
+                   help="keep training the draft on the target's own outputs in idle time (speed only: "
+                   "the text never changes; docs/draft_model.md)")
+    g.add_argument("--adapt-save", default=None, metavar="PATH",
+                   help="with --adapt-draft: write each adapted draft that is swapped in here (load it with --draft-model)")
 
 
 def engine_options(args: argparse.Namespace):
@@ -31,6 +36,7 @@ def engine_options(args: argparse.Namespace):
     return EngineOptions(
         engine=args.engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
         draft=args.draft, draft_model=args.draft_model, threads=args.threads,
+        adapt_draft=args.adapt_draft, adapt_save=args.adapt_save,
     )
 
 

@@ -327,3 +327,66 @@ def test_release_free_memory_runs_on_glibc():
     from specscribe.pipeline.memory import release_free_memory
 
     assert release_free_memory() == (platform.libc_ver()[0] == "glibc")
+
+
+class FakeAdapter:
+    """--adapt-draft's adapter as the scheduler sees it: ``units`` units of idle work; each unit
+    records whether a job was waiting or a decode running when it started (it never may)."""
+
+    def __init__(self, units: int):
+        self.left, self.done, self.violations = units, 0, []
+        self.scheduler: ModelScheduler | None = None
+
+    def pending(self):
+        return self.left > 0
+
+    def work(self):
+        with self.scheduler._cond:
+            waiting = sum(len(q) for q in self.scheduler._waiting.values())
+        if waiting:
+            self.violations.append(waiting)
+        self.left -= 1
+        self.done += 1
+        threading.Event().wait(0.002)  # a short unit
+
+
+def test_adaptation_runs_only_when_no_job_waits():
+    engine = FakeEngine()
+    engine.adapter = FakeAdapter(units=400)
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        engine.adapter.scheduler = scheduler
+        for round in range(20):  # jobs arrive while the adapter has work
+            await asyncio.gather(*(scheduler.run(s, job(f"{s}{round}", steps=2)) for s in "abc"))
+            await asyncio.sleep(0.003)
+        await scheduler.close()
+        return scheduler
+
+    scheduler = run(main())
+    assert scheduler.jobs_done == 60
+    assert engine.adapter.done > 0  # it did run, in the gaps
+    assert engine.adapter.violations == []
+
+
+def test_a_failing_adapter_is_turned_off_and_serving_goes_on():
+    engine = FakeEngine()
+
+    class Broken(FakeAdapter):
+        def work(self):
+            self.done += 1
+            raise RuntimeError("boom")
+
+    engine.adapter = Broken(units=5)
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        await asyncio.sleep(0.05)  # idle: the adapter fails once
+        first = await scheduler.run("a", job("a", steps=1))
+        await asyncio.sleep(0.05)
+        second = await scheduler.run("a", job("a2", steps=1))
+        await scheduler.close()
+        return first, second
+
+    assert run(main()) == ("decoded a", "decoded a2")
+    assert engine.adapter.done == 1
