@@ -24,6 +24,7 @@ Callers (pipeline/scheduler.py, pipeline/lanes.py) call ``work`` only when no de
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import random
@@ -257,11 +258,19 @@ class DraftAdapter:
             by_length.setdefault(self._frames(entry), []).append(entry)
         groups = list(by_length.values())
         trained = _agreement(self.net, groups, self._encoders, self._crosses, self.feature)
-        current = _state(self.net)
-        self.net.load_state_dict(self._served)
-        served = _agreement(self.net, groups, self._encoders, self._crosses, self.feature)
-        self.net.load_state_dict(current)
+        with self._served_weights():
+            served = _agreement(self.net, groups, self._encoders, self._crosses, self.feature)
         return trained, served
+
+    @contextlib.contextmanager
+    def _served_weights(self):
+        """The net holds the served state inside the block, its trained state again after."""
+        trained = _state(self.net)
+        self.net.load_state_dict(self._served)
+        try:
+            yield
+        finally:
+            self.net.load_state_dict(trained)
 
     def _check(self) -> None:
         trained, served = self.score()
@@ -280,15 +289,10 @@ class DraftAdapter:
         """Write the served state as a draft checkpoint (atomically; --draft-model loads it)."""
         from specscribe.models.distill.export import export_draft
 
-        current = _state(self.net)
-        self.net.load_state_dict(self._served)
-        try:
-            training = json.loads(self.meta.get("training") or "{}")
-            summary = {"val": training.get("val", {}), "adapted_from": str(self.checkpoint),
-                       "adapt": self.stats.to_dict()}
+        training = json.loads(self.meta.get("training") or "{}")
+        summary = {"val": training.get("val", {}), "adapted_from": str(self.checkpoint), "adapt": self.stats.to_dict()}
+        with self._served_weights():
             return export_draft(self.net, path, self.target, self.target_sha256, summary)
-        finally:
-            self.net.load_state_dict(current)
 
 
 def _state(net) -> dict[str, torch.Tensor]:
@@ -345,6 +349,6 @@ def served_draft(net, target, old, compute_type: str):
     fuse = None if fuse is None else copy.deepcopy(fuse).requires_grad_(False)
     layers, fuse = fit_to_target(target, layers, fuse)
     draft = DraftDecoder(target, list(layers), net.source_layers, net.vocab_ids, fuse)
-    draft.shared_cross_kv = old.shared_cross_kv
+    draft.shared_cross_kv, draft.checkpoint, draft.target_sha256 = old.shared_cross_kv, old.checkpoint, old.target_sha256
     draft.group_acceptance = dict(old.group_acceptance)
     return prepare_draft(draft, compute_type)

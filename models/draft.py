@@ -75,6 +75,10 @@ class DraftDecoder:
         # the checkpoint's training summary; `auto` drafts with this decoder only where it is high
         self.group_acceptance: dict[str, float] = {}
         self.shared_cross_kv = False  # True: the layers' cross K/V projections are the target's own
+        # where a loaded draft came from (load): its checkpoint and the target sha256 it was checked
+        # against; None for untrained copies (from_target). --adapt-draft trains from these.
+        self.checkpoint: Path | None = None
+        self.target_sha256: str | None = None
         self._cross_for: tuple[weakref.ref, list] | None = None
 
     @classmethod
@@ -214,6 +218,7 @@ class DraftDecoder:
                 raise ModelError(f"draft checkpoint {path} has a broken feature fusion ({str(exc).splitlines()[0]})") from None
         layers, fuse = fit_to_target(target, layers, fuse)
         draft = cls(target, list(layers), sources, vocab_ids, fuse)
+        draft.checkpoint, draft.target_sha256 = path, target_sha256
         draft.shared_cross_kv = meta.get("shared_cross_kv") == "true"
         draft.group_acceptance = _group_acceptance(meta.get("training"))
         return draft

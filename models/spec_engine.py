@@ -127,14 +127,12 @@ class SpecEngine:
                 untrained_ok=options.draft == "decoder", mismatch_ok=options.draft == "auto" and not options.draft_model,
             )
         # --adapt-draft: the draft keeps learning from this engine's outputs in idle time
-        self.adapter = self._adapter(folder, options) if options.adapt_draft else None
+        self.adapter = self._adapter(options) if options.adapt_draft else None
 
-    def _adapter(self, folder: Path, options: EngineOptions):
+    def _adapter(self, options: EngineOptions):
         from specscribe.models.adapt import AdaptOptions, DraftAdapter, served_draft
-        from specscribe.models.draft import shipped_checkpoint, target_sha256
 
-        path = Path(options.draft_model).expanduser() if options.draft_model else shipped_checkpoint(self.model_name)
-        if self.draft is None or path is None:
+        if self.draft is None or self.draft.checkpoint is None:  # none loaded, or untrained copies
             raise ModelError("--adapt-draft needs a trained draft for this model (the shipped one, or "
                              "--draft-model PATH) and --draft auto or decoder")
 
@@ -142,7 +140,7 @@ class SpecEngine:
             self.draft = served_draft(net, self.model.decoder, self.draft, self.compute_type)
 
         return DraftAdapter(
-            self.model.decoder, path, target_sha256(folder, self.model_name), self.tokenizer.eot,
+            self.model.decoder, self.draft.checkpoint, self.draft.target_sha256, self.tokenizer.eot,
             lambda enc: self.session(EncodedAudio(duration=0.0, handle=enc)), install,
             AdaptOptions(save=options.adapt_save), device=self.device,
         )
