@@ -36,7 +36,7 @@ FORMAT = "specscribe-draft-decoder"
 VERSION = "1"
 # Below this validation acceptance a draft decoder costs more than it saves on a CPU (draft step
 # ~15 % of a target step, a k+1-row verify pass ~1.5 single steps: bench_speculative.py), so
-# `auto` does not draft with it for that language group and task (build_drafter).
+# the fixed `auto` rule does not draft with it for that language group and task (models/draft_policy.py).
 AUTO_MIN_ACCEPTANCE = 0.5
 
 
@@ -396,48 +396,3 @@ def prepare_draft(draft: DraftDecoder, compute_type: str) -> DraftDecoder:
 
         pack_decoder(draft.decoder, 1)
     return draft
-
-
-def build_drafter(
-    kind: str,
-    hypothesis: Sequence[int],
-    draft: DraftDecoder | None,
-    enc: torch.Tensor,
-    rules: LogitRules,
-    eot: int,
-    target_cross: list | None = None,
-    language: str = "en",
-    task: str = "transcribe",
-):
-    """The drafter for one decode. kind: none | ngram | decoder | auto.
-
-    auto: with a previous hypothesis (a streaming re-decode), the hypothesis chained with n-gram
-    lookup: what a re-decode adds after the hypothesis is a few tokens and end-of-text, where the
-    draft decoder's steps cost more than they save (scripts/bench_streaming.py measured its
-    latency and compute either way). Without one, the draft decoder when the engine loaded one
-    (the shipped checkpoint, or --draft-model) and it pays for this language and task
-    (``DraftDecoder.pays_for``), else no drafter (plain decoding). A feature-level draft
-    (``is_feature``) drafts through FeatureDrafter. decoder/ngram: previous
-    hypothesis first too, when given (it is nearly free and nearly perfect on re-decodes).
-    """
-    from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter
-
-    if kind == "none":
-        return None
-    if kind not in ("auto", "decoder", "ngram"):
-        raise ValueError(f"unknown drafter {kind!r}; choose auto, none, decoder or ngram")
-    if kind == "auto" and draft is not None and (hypothesis or not draft.pays_for(language, task)):
-        draft = None
-    if kind == "auto" and draft is None and not hypothesis:
-        return None  # n-gram lookup alone accepts ~nothing in a first decode and costs a few %
-    if kind == "ngram" or draft is None:
-        base = NgramDrafter()
-    elif draft.is_feature:
-        from specscribe.models.feature_draft import FeatureDrafter
-
-        base = FeatureDrafter(draft, enc, rules, eot, target_cross)
-    else:
-        base = DraftDecoderDrafter(draft, enc, rules, eot, target_cross)
-    if hypothesis:
-        return ChainDrafter([PreviousHypothesisDrafter(hypothesis), base])
-    return base

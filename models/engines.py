@@ -20,6 +20,7 @@ from specscribe.models.types import DecodeRequest, EncodedAudio, Segment, Window
 
 EngineName = Literal["spec", "ct2"]
 DraftName = Literal["auto", "none", "decoder", "ngram"]
+DraftPolicyName = Literal["measured", "fixed"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class EngineOptions:
             by compute type and device (models/compute.py query_block_for).
         adapt_draft: train the draft online on the target's outputs, in idle time (models/adapt.py).
         adapt_save: where an adapted draft state is written each time one is swapped in.
+        draft_policy: with draft auto, "measured" picks each decode's drafter by measured speed (a
+            bandit, models/draft_policy.py); "fixed" by the fixed rule (draft_policy.fixed_arm).
     """
 
     engine: EngineName = "spec"
@@ -54,6 +57,7 @@ class EngineOptions:
     query_block: int = 0
     adapt_draft: bool = False
     adapt_save: str | None = None
+    draft_policy: DraftPolicyName = "measured"
 
 
 class Transcriber(Protocol):

@@ -11,13 +11,14 @@ gives the same input as in the ct2 engine. Decoding is target-only greedy (or sa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Hashable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -31,10 +32,17 @@ from specscribe.models.compute import (
     set_threads,
 )
 from specscribe.models.alignment import align_words
-from specscribe.models.batch_decode import BatchDecoder, Decoding
 from specscribe.models.beam import BeamOptions, BeamSequence, SampleGroup
+from specscribe.models.decode_loop import DecodeJob, SpecDecodeLoop
 from specscribe.models.decoding import GenerateOptions, build_prompt, detect_language, max_new_tokens
-from specscribe.models.draft import build_drafter, load_draft_decoder
+from specscribe.models.draft import load_draft_decoder
+from specscribe.models.draft_policy import (
+    DraftPolicy,
+    PolicyContext,
+    auto_arms,
+    fixed_arm,
+    make_drafter,
+)
 from specscribe.models.engines import EngineOptions
 from specscribe.models.errors import ModelError
 from specscribe.models.invariant import PassShape
@@ -81,6 +89,8 @@ class SpecEngine:
     name = "spec"
 
     def __init__(self, folder: Path, options: EngineOptions):
+        if options.draft_policy not in ("measured", "fixed"):
+            raise ValueError(f"unknown draft policy {options.draft_policy!r}; choose measured or fixed")
         folder = Path(folder)
         bin_path = folder / "model.bin"
         if not bin_path.is_file():
@@ -118,14 +128,16 @@ class SpecEngine:
         ]  # openai/whisper's default: every head of the second half of the layers
         self.draft = None
         # `auto` and `decoder` load --draft-model, else the checkpoint shipped for this model
-        # (docs/draft_model.md). `auto` skips a shipped checkpoint made for another target (and
-        # drafts with the decoder only where it pays: build_drafter); a named --draft-model for
-        # another target fails here (ModelError).
+        # (docs/draft_model.md). `auto` skips a shipped checkpoint made for another target (which
+        # decodes draft with it is the drafting policy's call: models/draft_policy.py); a named
+        # --draft-model for another target fails here (ModelError).
         if options.draft in ("auto", "decoder"):
             self.draft = load_draft_decoder(
                 self.model.decoder, folder, self.model_name, options.draft_model, self.compute_type,
                 untrained_ok=options.draft == "decoder", mismatch_ok=options.draft == "auto" and not options.draft_model,
             )
+        # --draft auto with --draft-policy measured: each decode's drafter chosen by measured speed
+        self.policy = DraftPolicy() if options.draft == "auto" and options.draft_policy == "measured" else None
         # --adapt-draft: the draft keeps learning from this engine's outputs in idle time
         self.adapter = self._adapter(options) if options.adapt_draft else None
 
@@ -235,13 +247,14 @@ class SpecEngine:
             results.update(loop.step())
         return [results[i] for i in range(len(items))]
 
-    def decode_loop(self) -> "SpecDecodeLoop":
+    def decode_loop(self) -> SpecDecodeLoop:
         """A continuous-batching loop over this engine (models/engines.py DecodeLoop)."""
         return SpecDecodeLoop(self)
 
-    def start_decode(self, encoded: EncodedAudio, request: DecodeRequest) -> "_Decode":
+    def start_decode(self, encoded: EncodedAudio, request: DecodeRequest, shared: bool = False) -> DecodeJob:
         """Everything one decode needs, its SpecSequence ready to join a batch (the language is
-        detected here, in a pass of its own, when the request leaves it open)."""
+        detected here, in a pass of its own, when the request leaves it open). shared: other
+        decodes are in the pass it joins (the drafting policy's context)."""
         language, language_probability = request.language, 1.0
         if not self.is_multilingual:
             language = "en"
@@ -260,25 +273,33 @@ class SpecEngine:
         rules, session = self.rules(request), self.session(encoded)
         if (request.beam_size > 1 and request.temperature == 0) or (request.best_of > 1 and request.temperature > 0):
             group = self._hypothesis_group(session, prompt, rules, options, request)
-            return _Decode(group, options, encoded.duration, language, language_probability, request.temperature)
+            return DecodeJob(group, options, encoded.duration, language, language_probability, request.temperature)
         # Temperature-fallback decodes run without drafts: with drafts, how much of the seeded random
         # stream a decode consumes depends on the timing-driven draft length, so the same seed could
         # give a different (equally likely) text on every run. Plain sampling is reproducible.
-        drafter = None if request.temperature > 0 else build_drafter(
-            self.draft_kind, request.hypothesis_tokens, self.draft, encoded.handle, rules, tok.eot, session.cross,
-            language, request.task,
-        )
+        drafter, choice = None, None
+        if request.temperature == 0:
+            hypothesis = request.hypothesis_tokens
+            arm = fixed_arm(self.draft_kind, hypothesis, self.draft, language, request.task)
+            if self.policy is not None:
+                context = PolicyContext.of(language, request.task, bool(hypothesis), shared)
+                choice = self.policy.choose(context, auto_arms(hypothesis, self.draft, arm))
+                arm = choice.arm
+            drafter = make_drafter(arm, hypothesis, self.draft, encoded.handle, rules, tok.eot, session.cross)
         spec = None
         if drafter is not None and request.hypothesis_tokens:
             # a re-decode's previous hypothesis is nearly free and mostly right: verify long runs
             # of it per pass (the draft decoder caps its own rounds: DraftDecoderDrafter.max_k)
             spec = hypothesis_spec_options(tok.eot, request.hypothesis_tokens)
+        if drafter is not None and choice is not None:  # rounds priced at the measured plain step
+            spec = dataclasses.replace(spec or SpecOptions(eot=tok.eot), plain_ms=self.policy.plain_ms(choice.context))
         sequence = window_sequence(session, prompt, rules, options, drafter, self.dims.n_text_ctx, spec)
         learn = None
         if self.adapter is not None and request.temperature == 0 and self.draft.pays_for(language, request.task):
             group = f"{'en' if language == 'en' else 'xx'}-{request.task}"
             learn = lambda tokens: self.adapter.observe(encoded.handle, prompt, tokens, rules, group)  # noqa: E731
-        return _Decode(sequence, options, encoded.duration, language, language_probability, request.temperature, learn)
+        return DecodeJob(sequence, options, encoded.duration, language, language_probability, request.temperature, learn,
+                       choice)
 
     def _hypothesis_group(self, session: DecoderSession, prompt: list[int], rules: WhisperLogitRules,
                           options: GenerateOptions, request: DecodeRequest) -> BeamSequence | SampleGroup:
@@ -291,13 +312,15 @@ class SpecEngine:
         return SampleGroup(session, rules, prompt, spec, request.best_of, request.length_penalty, request.seed,
                            request.n_best)
 
-    def finish_decode(self, job: "_Decode", res: SpecResult) -> WindowResult:
+    def finish_decode(self, job: DecodeJob, res: SpecResult) -> WindowResult:
         from specscribe.models.ct2_engine import split_segments  # the same segments as the ct2 engine
 
         gen, tok = to_generation(res, job.options), self.tokenizer
         tokens = list(gen.tokens)
         if job.learn is not None and tokens and res.stats.tokens > len(tokens):  # ended by end-of-text
             job.learn(tokens)
+        if job.choice is not None:
+            self.policy.done(job.choice, res.stats)
         alternatives = []
         for alt in res.alternatives:
             g = to_generation(alt, job.options)
@@ -348,50 +371,6 @@ class SpecEngine:
 
     def decode_tokens(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(tokens)
-
-
-@dataclass(frozen=True)
-class _Decode:
-    """One submitted decode: its sequence (or hypothesis group) and what its WindowResult needs."""
-
-    sequence: Decoding
-    options: GenerateOptions
-    duration: float
-    language: str
-    language_probability: float
-    temperature: float
-    learn: Callable[[Sequence[int]], None] | None = None  # --adapt-draft: hands the tokens to the adapter
-
-
-class SpecDecodeLoop:
-    """Continuous batching over a SpecEngine (the DecodeLoop of models/engines.py): submitted
-    decodes join the next target pass, finished ones come back from ``step``."""
-
-    def __init__(self, engine: SpecEngine):
-        shape = engine.model.decoder.pass_shape
-        self.engine = engine
-        self.batch: BatchDecoder = BatchDecoder(block=shape.rows if shape is not None else 1)
-        self._jobs: dict[Hashable, _Decode] = {}
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    def submit(self, tag: Hashable, encoded: EncodedAudio, request: DecodeRequest) -> None:
-        job = self.engine.start_decode(encoded, request)
-        self.batch.add(tag, job.sequence)
-        self._jobs[tag] = job
-
-    def step(self) -> list[tuple[Hashable, WindowResult]]:
-        started = time.perf_counter()
-        out = [(tag, self.engine.finish_decode(self._jobs.pop(tag), res)) for tag, res in self.batch.step()]
-        times = self.engine.times
-        times.decode_total += (time.perf_counter() - started) * 1000
-        times.n_decodes += len(out)
-        return out
-
-    def cancel(self, tag: Hashable) -> None:
-        self.batch.cancel(tag)
-        self._jobs.pop(tag, None)
 
 
 def _read_config(folder: Path) -> dict:

@@ -58,6 +58,9 @@ class SpecOptions:
             after each further switch-off in the same decode).
         keep_prompt_row: index of a prompt position whose raw logits the result keeps (the
             start-of-transcript row, for no_speech_prob); None keeps nothing.
+        plain_ms: what a plain step costs, measured elsewhere (the drafting policy's plain decodes in
+            the same context); the draft-length controller prices rounds with it until this decode
+            measures plain steps of its own. None: the round's own verify time stands in.
     """
 
     eot: int
@@ -71,6 +74,7 @@ class SpecOptions:
     min_rounds: int = 4
     probe_after: int = 16
     keep_prompt_row: int | None = None
+    plain_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -99,8 +103,9 @@ class DraftLength:
     """The adaptive draft length and the on/off switch for one decode.
 
     k grows by 2 after a fully accepted draft and shrinks by 1 after a rejection, within bounds.
-    Cost model: a target pass costs about the same for 1 or k+1 tokens (``plain_ms``, measured on
-    plain steps, else taken as this round's verify time); drafting costs what it measured. A
+    Cost model: a plain step costs ``plain_ms`` (measured on this decode's plain steps; before
+    any, ``options.plain_ms`` when given, else this round's verify time, which is an overestimate
+    where k+1 rows cost more than one); drafting costs what it measured. A
     speculative round saves ``emitted * plain_ms - (verify_ms + draft_ms)``. When the saving summed
     since the last (re)start is negative after ``min_rounds`` rounds, speculation switches off for
     ``probe_after`` plain steps, then comes back at k_init (the pause doubles on each switch-off).
@@ -112,7 +117,8 @@ class DraftLength:
         self.off_steps = 0  # plain steps left before the next probe
         self.pause = options.probe_after
         self.switch_offs = 0
-        self.plain_ms: float | None = None
+        self.plain_ms: float | None = options.plain_ms
+        self._measured_plain = False
         self._saved_ms = 0.0
         self._rounds = 0
 
@@ -131,7 +137,8 @@ class DraftLength:
         if drafted == 0 and not measure:
             return
         if drafted == 0:  # a plain step: measure the 1-token pass, count down a pause
-            self.plain_ms = verify_ms if self.plain_ms is None else 0.8 * self.plain_ms + 0.2 * verify_ms
+            self.plain_ms = 0.8 * self.plain_ms + 0.2 * verify_ms if self._measured_plain else verify_ms
+            self._measured_plain = True
             if self.off_steps > 0:
                 self.off_steps -= 1
                 if self.off_steps == 0:
@@ -156,10 +163,11 @@ class StatsCounter:
 
     def __init__(self):
         self.passes = self.tokens = self.drafted = self.accepted = 0
-        self.draft_ms = self.verify_ms = 0.0
+        self.draft_ms = self.verify_ms = self.prefill_ms = 0.0
 
     def freeze(self) -> SpecStats:
-        return SpecStats(self.passes, self.tokens, self.drafted, self.accepted, self.draft_ms, self.verify_ms)
+        return SpecStats(self.passes, self.tokens, self.drafted, self.accepted, self.draft_ms, self.verify_ms,
+                         self.prefill_ms)
 
 
 class SpecSequence:
@@ -200,8 +208,10 @@ class SpecSequence:
         self.row_logits: torch.Tensor | None = None
         self.finished = False
         self.draft, self.propose_ms, self._first = Draft(()), 0.0, 0  # the planned pass's
-        if drafter is not None:
+        if drafter is not None:  # its start-up (a draft decoder's cross K/V) is drafting time
+            t0 = clock()
             drafter.begin(self.prompt, options.temperature, generator)
+            self.stats.draft_ms += (clock() - t0) * 1e3
 
     @property
     def cheap_drafter(self) -> bool:
@@ -276,6 +286,8 @@ class SpecSequence:
             self.drafter.accept(self.generated, states)
         draft_ms = self.propose_ms + (self.clock() - t1) * 1e3
         st = self.stats
+        if st.passes == 0:
+            st.prefill_ms = verify_ms
         st.passes += 1
         st.tokens += len(emitted)
         st.drafted += len(draft.tokens)

@@ -83,6 +83,8 @@ class SpecStats:
         accepted: drafted tokens the target agreed with.
         draft_ms: wall time spent in drafters.
         verify_ms: wall time spent in target decoder passes and the logit rules.
+        prefill_ms: of verify_ms, the first pass's (the prompt prefill, which every decode pays
+            whatever it drafts: models/draft_policy.py times the rest).
     """
 
     target_passes: int = 0
@@ -91,6 +93,7 @@ class SpecStats:
     accepted: int = 0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
+    prefill_ms: float = 0.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -108,6 +111,7 @@ class SpecStats:
             accepted=self.accepted + other.accepted,
             draft_ms=self.draft_ms + other.draft_ms,
             verify_ms=self.verify_ms + other.verify_ms,
+            prefill_ms=self.prefill_ms + other.prefill_ms,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,6 +120,7 @@ class SpecStats:
         out["tokens_per_target_pass"] = round(self.tokens_per_target_pass, 4)
         out["draft_ms"] = round(self.draft_ms, 2)
         out["verify_ms"] = round(self.verify_ms, 2)
+        out["prefill_ms"] = round(self.prefill_ms, 2)
         return out
 
 

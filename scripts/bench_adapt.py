@@ -48,14 +48,15 @@ def thirds(decodes: list) -> dict:
     return {"first_third": figures(decodes[:cut]), "last_third": figures(decodes[n - cut:]), "all": figures(decodes)}
 
 
-def run_side(adapt: bool, files: list[Path], lanes: int) -> dict:
+def run_side(options, files: list[Path], lanes: int) -> dict:
+    """One job (files one after another) on a fresh engine of ``options`` (EngineOptions)."""
     from faster_whisper.audio import decode_audio
 
-    from specscribe.models.engines import EngineOptions, load_transcriber
+    from specscribe.models.engines import load_transcriber
     from specscribe.pipeline.longform import transcribe_audio
 
     started = time.perf_counter()
-    engine = load_transcriber(EngineOptions(adapt_draft=adapt))
+    engine = load_transcriber(options)
     decodes = []
     finish = engine.finish_decode
 
@@ -74,6 +75,8 @@ def run_side(adapt: bool, files: list[Path], lanes: int) -> dict:
         for unit, count in (("label_ms", stats["labelled"]), ("step_ms", stats["steps"]), ("check_ms", stats["checks"])):
             stats[unit.replace("_ms", "_ms_each")] = round(stats[unit] / count, 1) if count else None
         out["adapter"] = stats
+    if engine.policy is not None:
+        out["policy"] = engine.policy.summary()
     out["compute_type"] = engine.compute_type
     return out
 
@@ -86,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", default="lecture,folder")
     args = parser.parse_args(argv)
     from specscribe.machine import cpu_times, machine_info, write_report
+    from specscribe.models.engines import EngineOptions
 
     since = cpu_times()
     paths = clip_paths()
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list] = {"off": [], "on": []}
         for r in range(args.repeat):
             for side in (("off", "on") if r % 2 == 0 else ("on", "off")):
-                result = run_side(side == "on", paths[job], args.lanes)
+                result = run_side(EngineOptions(adapt_draft=side == "on"), paths[job], args.lanes)
                 compute_type = result.pop("compute_type")
                 runs[side].append(result)
                 print(f"{job} {side}: {result['wall_s']} s, last third {result['last_third']}", file=sys.stderr)

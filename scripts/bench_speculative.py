@@ -100,7 +100,8 @@ def full_head_twin(engine, draft):
 
 
 def drafter_factories(engine, draft, language="en", task="transcribe", feature=None):
-    from specscribe.models.draft import DraftDecoderDrafter, build_drafter
+    from specscribe.models.draft import DraftDecoderDrafter
+    from specscribe.models.draft_policy import build_drafter
     from specscribe.models.drafters import NgramDrafter, RandomDrafter
     from specscribe.models.feature_draft import FeatureDrafter
 
@@ -134,7 +135,8 @@ def run(args) -> dict:
 
     from specscribe.clips import evaluation_windows
     from specscribe.machine import cpu_times, machine_info
-    from specscribe.models.draft import build_drafter, load_draft_decoder, shipped_checkpoint
+    from specscribe.models.draft import load_draft_decoder, shipped_checkpoint
+    from specscribe.models.draft_policy import build_drafter
     from specscribe.models.engines import EngineOptions
     from specscribe.models.spec_engine import HYPOTHESIS_K, SpecEngine, hypothesis_spec_options
     from specscribe.models.registry import resolve_model

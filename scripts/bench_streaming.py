@@ -71,12 +71,14 @@ class Config:
     update_interval: float | None = None  # None: --update-interval
     language: str | None = "en"  # None: detected (pipeline/language.py)
     query_block: int = 0  # attention query rows per call of a target pass (0: the engine's default)
+    draft_policy: str = "measured"  # with draft auto: measured (the bandit) or fixed (models/draft_policy.py)
 
 
 CONFIGS = {
     "spec": Config(),
     "spec+translate": Config(translate=True),
     "spec-nodraft": Config(draft="none"),
+    "spec-fixed": Config(draft_policy="fixed"),  # the fixed drafting rule instead of the measured policy
     "spec-nodraft+translate": Config(draft="none", translate=True),
     "spec-fullwindow": Config(encoder_pad=30.0),
     "spec-fullwindow+translate": Config(encoder_pad=30.0, translate=True),
@@ -275,7 +277,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
     truths: {clip: human or script transcript}; those clips also get the WER of the streamed and the batch
     text against it, and their difference (the issue's goal: streaming within 2 points of batch)."""
     c = CONFIGS[config]
-    tr = engine(c.engine, c.draft, c.query_block)
+    tr = engine(c.engine, c.draft, c.query_block, c.draft_policy)
     options = StreamOptions(
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
@@ -363,14 +365,15 @@ def main(argv=None) -> int:
     truths = clip_truths(args.clips.split(","))
     load_start = os.getloadavg()[0]
 
-    engines: dict[tuple[str, str, int], object] = {}
+    engines: dict[tuple[str, str, int, str], object] = {}
 
-    def engine(name: str, draft: str, query_block: int = 0):
-        if (name, draft, query_block) not in engines:
-            engines[(name, draft, query_block)] = load_transcriber(
-                EngineOptions(engine=name, model=args.model, draft=draft, threads=args.threads, query_block=query_block)
-            )
-        return engines[(name, draft, query_block)]
+    def engine(name: str, draft: str, query_block: int = 0, policy: str = "measured"):
+        key = (name, draft, query_block, policy)
+        if key not in engines:
+            engines[key] = load_transcriber(EngineOptions(
+                engine=name, model=args.model, draft=draft, threads=args.threads, query_block=query_block,
+                draft_policy=policy))
+        return engines[key]
 
     # reference word times: a batch decode with word timestamps on the default engine, untimed (not
     # ct2: once CTranslate2 has run in a process, torch's passes there are about 1.7x slower)
@@ -410,6 +413,9 @@ def main(argv=None) -> int:
         "repeat": args.repeat, "order": "configs rotated by one each round; latencies pooled over rounds",
         "loadavg_1m_at_start": load_start,
         "results": results,
+        "draft_policies": {  # the measured drafting policy's table per engine, after every round
+            "/".join(map(str, key)): eng.policy.summary() for key, eng in engines.items() if getattr(eng, "policy", None)
+        },
     }
     text = json.dumps(report, indent=2)
     print(text)

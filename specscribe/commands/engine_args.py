@@ -21,6 +21,9 @@ def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--devic
     g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"),
                    help="drafter for the spec engine (none: plain target greedy on the same engine)")
     g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (safetensors)")
+    g.add_argument("--draft-policy", default="measured", choices=("measured", "fixed"),
+                   help="with --draft auto: measured picks each decode's drafter (previous hypothesis, draft "
+                   "decoder, n-gram or none) by measured speed; fixed by a fixed rule (default: %(default)s)")
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: library default)")
     g.add_argument("--adapt-draft", action="store_true",
                    help="keep training the draft on the target's own outputs in idle time (speed only: "
@@ -35,7 +38,7 @@ def engine_options(args: argparse.Namespace):
 
     return EngineOptions(
         engine=args.engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
-        draft=args.draft, draft_model=args.draft_model, threads=args.threads,
+        draft=args.draft, draft_model=args.draft_model, draft_policy=args.draft_policy, threads=args.threads,
         adapt_draft=args.adapt_draft, adapt_save=args.adapt_save,
     )
 

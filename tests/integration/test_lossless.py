@@ -41,7 +41,10 @@ def engine(base_model_dir, request):
     from specscribe.models.engines import EngineOptions
     from specscribe.models.spec_engine import SpecEngine
 
-    return SpecEngine(base_model_dir, EngineOptions(engine="spec", model="base", compute_type=request.param, draft="auto"))
+    # the fixed rule: engine.decode's auto drafter below is the hypothesis chain every time (the
+    # measured policy's arms are checked in test_measured_policy.py)
+    return SpecEngine(base_model_dir, EngineOptions(engine="spec", model="base", compute_type=request.param, draft="auto",
+                                                    draft_policy="fixed"))
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,10 @@ def engines(base_model_dir):
     from specscribe.models.engines import EngineOptions
     from specscribe.models.spec_engine import SpecEngine
 
-    make = lambda draft: SpecEngine(base_model_dir, EngineOptions(engine="spec", model="base", draft=draft))  # noqa: E731
+    # the fixed rule: every English first decode drafts with the shipped draft (the measured policy
+    # would also try n-gram lookup and none: test_measured_policy.py)
+    make = lambda draft: SpecEngine(base_model_dir, EngineOptions(  # noqa: E731
+        engine="spec", model="base", draft=draft, draft_policy="fixed"))
     return make("auto"), make("none")
 
 

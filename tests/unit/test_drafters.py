@@ -220,7 +220,7 @@ def test_reduced_head_keeps_its_rows_and_round_trips(tiny, tmp_path):
 
 
 def test_build_drafter_choices(tiny):
-    from specscribe.models.draft import build_drafter
+    from specscribe.models.draft_policy import build_drafter
 
     model, enc = tiny
     draft = DraftDecoder.from_target(model.decoder)

@@ -18,7 +18,8 @@ from specscribe.models.distill.feature_net import (
     evaluate_features,
     load_feature_examples,
 )
-from specscribe.models.draft import DraftDecoder, build_drafter
+from specscribe.models.draft import DraftDecoder
+from specscribe.models.draft_policy import build_drafter
 from specscribe.models.errors import ModelError
 from specscribe.models.feature_draft import FeatureDrafter
 from specscribe.models.speculative import SpecOptions, generate

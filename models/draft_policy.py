@@ -1,0 +1,240 @@
+"""Which drafter a decode drafts with: a fixed rule, or a bandit over measured speed.
+
+Arms (what one greedy decode may draft with):
+- "none": plain decoding, one token per target pass;
+- "ngram": prompt lookup (models/drafters.py NgramDrafter);
+- "decoder": the engine's trained draft (DraftDecoderDrafter, or FeatureDrafter for a feature draft);
+- "hypothesis+ngram", "hypothesis+decoder": a re-decode's previous hypothesis first, then the other.
+
+``fixed_arm`` is the rule `--draft` names (auto's rule: a re-decode drafts its hypothesis with
+n-gram lookup behind it, a first decode drafts with the decoder where its card says it pays).
+``DraftPolicy`` (`--draft auto`, `--draft-policy measured`) instead plays, per decode, the arm with
+the best measured reward in its context, as TLT's bandit picks its drafting strategy:
+
+- reward: tokens emitted beyond the first per millisecond of the decode's target passes after the
+  first and all its drafting (the prompt prefill costs about the same whatever drafts, and gives
+  every arm its first token; the tokens drafts add to it count, and so do the drafter's start-up and
+  its proposals). Passes shared with other decodes are timed whole, so sharing lowers every arm alike;
+- context: language group and task, first decode or re-decode, alone or sharing passes with other
+  decodes when it started (a drafter that pays alone may not beside a batch that fills the pass);
+- value of an arm: discounted tokens / discounted ms over the context's recent decodes;
+- choice: every arm is played once, the fixed rule's pick first; then the highest
+  value * (1 + explore * sqrt(ln N / n)) (discounted UCB, Garivier & Moulines 2011; N, n discounted
+  counts of the context and the arm, decodes still in flight counted as played). A worse arm is
+  re-tried less and less often, and again once the discount has forgotten it (the draft adapted,
+  the load changed).
+
+How many tokens to draft stays each decode's own controller's (models/speculative.py DraftLength),
+which prices its rounds with the plain step cost this policy measured (``plain_ms``).
+The target verifies every draft, so no choice here changes the text: only the speed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from specscribe.models.interfaces import LogitRules
+from specscribe.models.types import SpecStats
+
+if TYPE_CHECKING:
+    from specscribe.models.draft import DraftDecoder
+    from specscribe.models.drafters import Drafter
+
+ARMS = ("none", "ngram", "decoder", "hypothesis+ngram", "hypothesis+decoder")
+
+
+def fixed_arm(kind: str, hypothesis: Sequence[int], draft: "DraftDecoder | None", language: str = "en",
+              task: str = "transcribe") -> str:
+    """The arm `--draft kind` plays (kind: none | ngram | decoder | auto).
+
+    auto: with a previous hypothesis (a streaming re-decode), the hypothesis chained with n-gram
+    lookup: what a re-decode adds after the hypothesis is a few tokens and end-of-text, where the
+    draft decoder's steps cost more than they save (scripts/bench_streaming.py). Without one, the
+    draft decoder when the engine loaded one and its card says it pays for this language and task
+    (``DraftDecoder.pays_for``), else none: n-gram lookup alone accepts next to nothing in a first
+    decode. decoder / ngram: the previous hypothesis first too, when given (it is nearly free and
+    nearly perfect on re-decodes); decoder without a draft loaded is n-gram lookup.
+    """
+    if kind not in ("auto", "none", "decoder", "ngram"):
+        raise ValueError(f"unknown drafter {kind!r}; choose auto, none, decoder or ngram")
+    if kind == "none":
+        return "none"
+    if kind == "auto":
+        if hypothesis:
+            return "hypothesis+ngram"
+        return "decoder" if draft is not None and draft.pays_for(language, task) else "none"
+    base = "decoder" if kind == "decoder" and draft is not None else "ngram"
+    return f"hypothesis+{base}" if hypothesis else base
+
+
+def auto_arms(hypothesis: Sequence[int], draft: "DraftDecoder | None", first: str) -> tuple[str, ...]:
+    """The arms the measured policy chooses among for a decode, ``first`` (the fixed rule's) first."""
+    arms = ("hypothesis+ngram", "hypothesis+decoder", "none") if hypothesis else ("decoder", "ngram", "none")
+    arms = tuple(a for a in arms if draft is not None or not a.endswith("decoder"))
+    return (first, *(a for a in arms if a != first))
+
+
+def make_drafter(arm: str, hypothesis: Sequence[int], draft: "DraftDecoder | None", enc: torch.Tensor,
+                 rules: LogitRules, eot: int, target_cross: list | None = None) -> "Drafter | None":
+    """The drafter of one arm for one decode (None for "none")."""
+    from specscribe.models.draft import DraftDecoderDrafter
+    from specscribe.models.drafters import ChainDrafter, NgramDrafter, PreviousHypothesisDrafter
+
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; one of {', '.join(ARMS)}")
+    if arm == "none":
+        return None
+    if arm.endswith("decoder") and draft is None:
+        raise ValueError(f"arm {arm!r} needs a draft decoder")
+    if arm.endswith("ngram"):
+        base = NgramDrafter()
+    elif draft.is_feature:
+        from specscribe.models.feature_draft import FeatureDrafter
+
+        base = FeatureDrafter(draft, enc, rules, eot, target_cross)
+    else:
+        base = DraftDecoderDrafter(draft, enc, rules, eot, target_cross)
+    return ChainDrafter([PreviousHypothesisDrafter(hypothesis), base]) if arm.startswith("hypothesis") else base
+
+
+def build_drafter(kind: str, hypothesis: Sequence[int], draft: "DraftDecoder | None", enc: torch.Tensor,
+                  rules: LogitRules, eot: int, target_cross: list | None = None, language: str = "en",
+                  task: str = "transcribe") -> "Drafter | None":
+    """The drafter `--draft kind` gives one decode under the fixed rule (``fixed_arm``)."""
+    return make_drafter(fixed_arm(kind, hypothesis, draft, language, task), hypothesis, draft, enc, rules, eot,
+                        target_cross)
+
+
+def decode_reward(stats: SpecStats) -> tuple[int, float]:
+    """(tokens beyond the first, ms of target passes after the prefill and of all drafting) of a decode."""
+    return stats.tokens - 1, stats.verify_ms - stats.prefill_ms + stats.draft_ms
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """The bandit's settings.
+
+    Attributes:
+        discount: per decode observed in a context, the weight left to everything before it
+            (0.95: about the last 20 decodes count).
+        explore: the optimism bonus's scale (relative to the arm's value).
+        min_tokens: decodes with fewer tokens beyond the first teach nothing (timing noise).
+    """
+
+    discount: float = 0.95
+    explore: float = 0.1
+    min_tokens: int = 4
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """Where an arm's reward was earned: language group ("en" or "xx") and task, re-decode or first
+    decode, alone or sharing passes with other decodes."""
+
+    group: str
+    redecode: bool
+    shared: bool
+
+    @classmethod
+    def of(cls, language: str, task: str, redecode: bool, shared: bool) -> "PolicyContext":
+        return cls(f"{'en' if language == 'en' else 'xx'}-{task}", redecode, shared)
+
+    def label(self) -> str:
+        return f"{self.group}/{'redecode' if self.redecode else 'first'}/{'shared' if self.shared else 'alone'}"
+
+
+@dataclass
+class _Arm:
+    plays: float = 0.0  # discounted counts of observed decodes
+    tokens: float = 0.0
+    ms: float = 0.0
+    in_flight: int = 0  # chosen, not yet observed
+    total: int = 0  # decodes observed, undiscounted
+
+    @property
+    def value(self) -> float | None:
+        return self.tokens / self.ms if self.ms > 0 else None
+
+
+@dataclass
+class Choice:
+    """One decode's arm: a handle to give back to ``DraftPolicy.done`` (once)."""
+
+    context: PolicyContext
+    arm: str
+    open: bool = True
+
+
+class DraftPolicy:
+    """The measured drafting policy of one engine (see the module docstring). Owned by the engine's
+    thread, like the model: no locking."""
+
+    def __init__(self, options: PolicyOptions = PolicyOptions()):
+        if not 0 < options.discount <= 1 or options.explore < 0:
+            raise ValueError("need 0 < discount <= 1 and explore >= 0")
+        self.options = options
+        self._contexts: dict[PolicyContext, dict[str, _Arm]] = {}
+
+    def choose(self, context: PolicyContext, arms: Sequence[str]) -> Choice:
+        """The arm this decode plays, among ``arms`` (in prior order)."""
+        if not arms:
+            raise ValueError("no arms to choose among")
+        table = self._contexts.setdefault(context, {})
+        stats = [table.setdefault(a, _Arm()) for a in arms]
+        untried = [a for a, s in zip(arms, stats) if s.value is None and s.in_flight == 0]
+        if untried:
+            arm = untried[0]
+        else:
+            known = [(a, s) for a, s in zip(arms, stats) if s.value is not None]
+            if not known:  # every arm in flight, none observed yet: the prior's pick
+                arm = arms[0]
+            else:
+                total = sum(s.plays + s.in_flight for s in stats)
+                log_n = math.log(max(total, 1.0))
+                arm = max(known, key=lambda item: item[1].value * (
+                    1 + self.options.explore * math.sqrt(log_n / max(item[1].plays + item[1].in_flight, 1e-9))))[0]
+        table[arm].in_flight += 1
+        return Choice(context, arm)
+
+    def done(self, choice: Choice, stats: SpecStats | None) -> None:
+        """The decode of ``choice`` ended (stats: its counters), or was dropped (stats None).
+        A second call for the same choice is ignored."""
+        if not choice.open:
+            return
+        choice.open = False
+        table = self._contexts[choice.context]
+        table[choice.arm].in_flight -= 1
+        if stats is None:
+            return
+        tokens, ms = decode_reward(stats)
+        if tokens < self.options.min_tokens or ms <= 0:
+            return
+        g = self.options.discount
+        for s in table.values():
+            s.plays, s.tokens, s.ms = s.plays * g, s.tokens * g, s.ms * g
+        played = table[choice.arm]
+        played.plays += 1
+        played.tokens += tokens
+        played.ms += ms
+        played.total += 1
+
+    def plain_ms(self, context: PolicyContext) -> float | None:
+        """What a plain step costs in ``context``: the "none" arm's measured ms per token (one token
+        per pass), None before it was measured. Drafting decodes price their rounds with it
+        (SpecOptions.plain_ms), so a draft that does not pay switches itself off within a decode."""
+        arm = self._contexts.get(context, {}).get("none")
+        value = None if arm is None else arm.value
+        return None if value is None else 1.0 / value
+
+    def summary(self) -> dict[str, dict[str, dict]]:
+        """{context label: {arm: decodes observed, discounted weight, tokens per ms}} (benchmarks, logs)."""
+        return {
+            ctx.label(): {arm: {"decodes": s.total, "weight": round(s.plays, 2),
+                                "tokens_per_ms": None if s.value is None else round(s.value, 4)}
+                          for arm, s in table.items()}
+            for ctx, table in self._contexts.items()
+        }
