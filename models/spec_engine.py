@@ -298,8 +298,8 @@ class SpecEngine:
         if self.adapter is not None and request.temperature == 0 and self.draft.pays_for(language, request.task):
             group = f"{'en' if language == 'en' else 'xx'}-{request.task}"
             learn = lambda tokens: self.adapter.observe(encoded.handle, prompt, tokens, rules, group)  # noqa: E731
-        return DecodeJob(sequence, options, encoded.duration, language, language_probability, request.temperature, learn,
-                       choice)
+        return DecodeJob(sequence, options, encoded.duration, language, language_probability, request.temperature,
+                         learn, choice)
 
     def _hypothesis_group(self, session: DecoderSession, prompt: list[int], rules: WhisperLogitRules,
                           options: GenerateOptions, request: DecodeRequest) -> BeamSequence | SampleGroup:

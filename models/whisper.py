@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks, causal_mask
+from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks, causal_mask, cross_attend_plain
 from specscribe.models.kv_cache import KVCache
 from specscribe.models.weights import Ct2Model, WhisperDims, torch_state_dict
 
@@ -143,22 +143,11 @@ class DecoderLayer(nn.Module):
             elif invariant:
                 out = attend_blocks(qh, ck, cv, shape.query_block)
             else:
-                out = _cross_attend_plain(qh, ck, cv)
+                out = cross_attend_plain(qh, ck, cv)
             a[rows] = out.reshape(s.n, d)
         x = x + blocks.map(self.cross_out, a)
         x = x + blocks.map(lambda b: self.mlp(self.mlp_ln(b)), x)
         return x, all_scores
-
-
-def _cross_attend_plain(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """Cross-attention of a plain (not batch-invariant) pass: a draft's steps. q (T, H, Dh), keys and
-    values (1, H, S, Dh) -> (T, H, Dh). On CPU in bf16/fp16, torch's fused attention for a query of a
-    few rows is slow (about 1 ms for 1 row over 1500 keys, against 0.33 ms for two matmuls and a
-    float32 softmax, 2-core EPYC): those go the explicit way; everything else the fused kernel."""
-    if q.device.type == "cpu" and q.dtype != torch.float32 and q.shape[0] <= 8:
-        scores = (q.transpose(0, 1) @ keys[0].transpose(-1, -2)) * (q.shape[-1] ** -0.5)  # (H, T, S)
-        return (torch.softmax(scores.float(), dim=-1).to(q.dtype) @ values[0]).transpose(0, 1)
-    return attend(q, keys, values, None)
 
 
 class AudioEncoder(nn.Module):

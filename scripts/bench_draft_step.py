@@ -1,5 +1,5 @@
 """One draft step's cost: the draft's cross-attention the explicit way (matmuls and a float32 softmax,
-models/whisper.py _cross_attend_plain, what drafts use on CPU in bf16/fp16) against torch's fused
+models/invariant.py cross_attend_plain, what drafts use on CPU in bf16/fp16) against torch's fused
 kernel (scaled_dot_product_attention, what they used before), side by side in one run. JSON out.
 
     python scripts/bench_draft_step.py [--steps 40] [--repeat 5] [--out bench.json]
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     prompt, rules, draft = engine.prompt(request, "en"), engine.rules(request), engine.draft
     prefix = 40
     steps = min(args.steps, len(tokens) - prefix - 1)
-    explicit = whisper._cross_attend_plain
+    explicit = whisper.cross_attend_plain
     sides = {"explicit": explicit, "fused": lambda q, k, v: attend(q, k, v, None)}
 
     def draft_steps() -> float:
@@ -80,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
                 if label == "target":
                     times[label].append(target_step())
                     continue
-                whisper._cross_attend_plain = sides[label]  # the function DecoderLayer calls
+                whisper.cross_attend_plain = sides[label]  # the name DecoderLayer calls (models/whisper.py imports it)
                 times[label].append(draft_steps())
             print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in times.items()), file=sys.stderr)
     finally:
-        whisper._cross_attend_plain = explicit
+        whisper.cross_attend_plain = explicit
     medians = {label: round(statistics.median(v), 3) for label, v in times.items()}
     report = {
         "draft": "shipped (models/drafts/base-draft.safetensors)", "feature_draft": draft.is_feature,

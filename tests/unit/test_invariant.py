@@ -169,12 +169,12 @@ def test_pack_decoder_swaps_the_pass_linears_only():
 def test_a_drafts_cross_attention_matches_the_fused_kernel(dtype, rows):
     """Plain passes (a draft's steps) attend the explicit way on CPU in bf16 for a few rows: the
     same attention as torch's fused kernel, up to rounding."""
-    from specscribe.models.whisper import _cross_attend_plain
+    from specscribe.models.invariant import cross_attend_plain
 
     g = torch.Generator().manual_seed(rows)
     q = torch.randn(rows, 4, 16, generator=g).to(dtype)  # (T, H, Dh)
     keys, values = (torch.randn(1, 4, 300, 16, generator=g).to(dtype) for _ in range(2))  # (1, H, S, Dh)
-    got, want = _cross_attend_plain(q, keys, values), attend(q, keys, values, None)
+    got, want = cross_attend_plain(q, keys, values), attend(q, keys, values, None)
     assert got.shape == want.shape == (rows, 4, 16) and got.dtype == dtype
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     assert torch.allclose(got.float(), want.float(), atol=tol, rtol=tol)
