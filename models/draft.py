@@ -40,6 +40,12 @@ VERSION = "1"
 AUTO_MIN_ACCEPTANCE = 0.5
 
 
+def draft_group(language: str, task: str) -> str:
+    """The group a (language, task) falls in for a draft's figures: "en-transcribe", "xx-transcribe",
+    "xx-translate" (the per-group validation of its card, online adaptation, the drafting policy)."""
+    return f"{'en' if language == 'en' else 'xx'}-{task}"
+
+
 class DraftDecoder:
     """A shallow TextDecoder sharing the target's embeddings, final LN and head.
 
@@ -226,8 +232,7 @@ class DraftDecoder:
     def pays_for(self, language: str, task: str) -> bool:
         """Whether `auto` should draft with this decoder for (language, task): its validation
         acceptance there is at least AUTO_MIN_ACCEPTANCE (unknown groups: yes)."""
-        group = f"{'en' if language == 'en' else 'xx'}-{task}"
-        return self.group_acceptance.get(group, 1.0) >= AUTO_MIN_ACCEPTANCE
+        return self.group_acceptance.get(draft_group(language, task), 1.0) >= AUTO_MIN_ACCEPTANCE
 
 
 def fit_to_target(target: TextDecoder, layers: nn.ModuleList, fuse: StateFuse | None) -> tuple[nn.ModuleList, StateFuse | None]:

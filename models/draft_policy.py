@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
+from specscribe.models.draft import draft_group
 from specscribe.models.interfaces import LogitRules
 from specscribe.models.types import SpecStats
 
@@ -141,7 +142,7 @@ class PolicyContext:
 
     @classmethod
     def of(cls, language: str, task: str, redecode: bool, shared: bool) -> "PolicyContext":
-        return cls(f"{'en' if language == 'en' else 'xx'}-{task}", redecode, shared)
+        return cls(draft_group(language, task), redecode, shared)
 
     def label(self) -> str:
         return f"{self.group}/{'redecode' if self.redecode else 'first'}/{'shared' if self.shared else 'alone'}"

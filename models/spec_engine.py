@@ -35,7 +35,7 @@ from specscribe.models.alignment import align_words
 from specscribe.models.beam import BeamOptions, BeamSequence, SampleGroup
 from specscribe.models.decode_loop import DecodeJob, SpecDecodeLoop
 from specscribe.models.decoding import GenerateOptions, build_prompt, detect_language, max_new_tokens
-from specscribe.models.draft import load_draft_decoder
+from specscribe.models.draft import draft_group, load_draft_decoder
 from specscribe.models.draft_policy import (
     DraftPolicy,
     PolicyContext,
@@ -296,7 +296,7 @@ class SpecEngine:
         sequence = window_sequence(session, prompt, rules, options, drafter, self.dims.n_text_ctx, spec)
         learn = None
         if self.adapter is not None and request.temperature == 0 and self.draft.pays_for(language, request.task):
-            group = f"{'en' if language == 'en' else 'xx'}-{request.task}"
+            group = draft_group(language, request.task)
             learn = lambda tokens: self.adapter.observe(encoded.handle, prompt, tokens, rules, group)  # noqa: E731
         return DecodeJob(sequence, options, encoded.duration, language, language_probability, request.temperature,
                          learn, choice)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from specscribe.models.distill.labels import LabelledSequence, read_labels
 from specscribe.models.distill.metrics import acceptance_report
 from specscribe.models.distill.net import DraftNet
+from specscribe.models.draft import draft_group
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def load_examples(folder: Path, sequences: Sequence[LabelledSequence], eot: int)
     out = []
     for s in sequences:
         z = np.load(Path(folder) / "labels" / "topk" / f"{s.seq}.npz")
-        group = f"{'en' if s.lang == 'en' else 'xx'}-{s.task}"
+        group = draft_group(s.lang, s.task)
         out.append(
             Example(
                 item=s.item,
