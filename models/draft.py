@@ -202,7 +202,10 @@ class DraftDecoder:
         d, heads = dims["n_text_state"], dims["n_text_head"]
         if d != target.positional_embedding.shape[1] or dims["n_vocab"] != target.token_embedding.weight.shape[0]:
             raise ModelError(f"draft checkpoint {path} does not fit this target's dimensions")
-        layers = nn.ModuleList(DecoderLayer(d, heads, 4 * d) for _ in range(dims["n_layers"]))
+        from specscribe.models.weight_cache import weightless
+
+        with weightless():  # every weight comes from the checkpoint (assign=True below)
+            layers = nn.ModuleList(DecoderLayer(d, heads, 4 * d) for _ in range(dims["n_layers"]))
         vocab_ids = tensors.get("vocab_ids")
         if vocab_ids is not None:
             vocab_ids = vocab_ids.long()
@@ -211,15 +214,16 @@ class DraftDecoder:
                 raise ModelError(f"draft checkpoint {path} has a broken reduced vocabulary (vocab_ids)")
         state = {k.removeprefix("layers."): v for k, v in tensors.items() if k.startswith("layers.")}
         try:
-            layers.load_state_dict(state, strict=True)
+            layers.load_state_dict(state, strict=True, assign=True)
         except RuntimeError as exc:
             raise ModelError(f"draft checkpoint {path} does not match its own dims ({str(exc).splitlines()[0]})") from None
         fuse = None
         fuse_state = {k.removeprefix("fuse."): v for k, v in tensors.items() if k.startswith("fuse.")}
         if fuse_state or meta.get("kind") == "feature":
-            fuse = StateFuse(d)
+            with weightless():
+                fuse = StateFuse(d)
             try:
-                fuse.load_state_dict(fuse_state, strict=True)
+                fuse.load_state_dict(fuse_state, strict=True, assign=True)
             except RuntimeError as exc:
                 raise ModelError(f"draft checkpoint {path} has a broken feature fusion ({str(exc).splitlines()[0]})") from None
         layers, fuse = fit_to_target(target, layers, fuse)

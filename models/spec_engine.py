@@ -25,6 +25,7 @@ import torch
 
 from specscribe.models.compute import (
     pack_decoder,
+    pack_encoder,
     pass_rows_for,
     query_block_for,
     resolve_compute_type,
@@ -108,6 +109,7 @@ class SpecEngine:
                           query_block=options.query_block or query_block_for(self.compute_type, self.device))
         self.model.decoder.pass_shape = shape
         pack_decoder(self.model.decoder, shape.rows)  # prepacked weights for blocks of shape.rows
+        pack_encoder(self.model.encoder, self.dims.n_audio_ctx)  # prepacked, gelu fused (30 s windows)
         self.model_name = str(options.model)
         self.is_multilingual = self.dims.n_vocab >= 51865
         self.tokenizer = WhisperTokenizer.from_folder(folder, self.is_multilingual)

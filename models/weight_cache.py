@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import contextlib
 import logging
 import os
 import re
@@ -24,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -152,9 +154,17 @@ class _SkipInit(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@contextlib.contextmanager
+def weightless() -> Iterator[None]:
+    """Build modules with no memory and no random init (meta device, nn.init skipped): for modules
+    whose every weight is then assigned from a file (``load_state_dict(..., assign=True)``)."""
+    with torch.device("meta"), _SkipInit():
+        yield
+
+
 def model_from_tensors(dims: WhisperDims, tensors: dict[str, torch.Tensor], dtype: torch.dtype) -> WhisperModel:
     """A WhisperModel that uses the given tensors (no copy); ValueError when they do not fit dims."""
-    with torch.device("meta"), _SkipInit():
+    with weightless():
         model = WhisperModel(dims)
     wrong = [name for name, t in tensors.items() if t.dtype != dtype]
     if wrong:

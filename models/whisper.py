@@ -1,4 +1,5 @@
-"""Whisper in torch: encoder, reusable decoder layers, and a KV-cached decoder session per window.
+"""Whisper in torch: the model (its encoder in models/encoder.py), reusable decoder layers, and a KV-cached
+decoder session per window.
 
 Architecture (as CTranslate2 runs it): pre-LN transformer, exact (erf) GELU, attention scale
 1/sqrt(head_dim), LayerNorm eps 1e-5, sinusoid encoder positions as stored, learned decoder
@@ -31,57 +32,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from specscribe.models.encoder import LN_EPS, MLP, AudioEncoder, split_heads
 from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks, causal_mask, cross_attend_plain
 from specscribe.models.kv_cache import KVCache
 from specscribe.models.weights import Ct2Model, WhisperDims, torch_state_dict
-
-LN_EPS = 1e-5
-
-
-def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(1, T, d) -> (1, H, T, Dh)."""
-    b, t, d = x.shape
-    return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
-
-
-def _merge(x: torch.Tensor) -> torch.Tensor:
-    """(1, H, T, Dh) -> (1, T, d)."""
-    b, h, t, dh = x.shape
-    return x.transpose(1, 2).reshape(b, t, h * dh)
-
-
-class MLP(nn.Module):
-    def __init__(self, d: int, d_ff: int):
-        super().__init__()
-        self.fc1 = nn.Linear(d, d_ff)
-        self.fc2 = nn.Linear(d_ff, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x)))
-
-
-class EncoderLayer(nn.Module):
-    """Pre-LN self-attention (fused QKV) + MLP."""
-
-    def __init__(self, d: int, n_heads: int, d_ff: int):
-        super().__init__()
-        self.n_heads = n_heads
-        self.attn_ln = nn.LayerNorm(d, eps=LN_EPS)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.out = nn.Linear(d, d)
-        self.mlp_ln = nn.LayerNorm(d, eps=LN_EPS)
-        self.mlp = MLP(d, d_ff)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (1, S, d)
-        q, k, v = self.qkv(self.attn_ln(x)).chunk(3, dim=-1)
-        h = self.n_heads
-        a = F.scaled_dot_product_attention(_heads(q, h), _heads(k, h), _heads(v, h))
-        x = x + self.out(_merge(a))
-        return x + self.mlp(self.mlp_ln(x))
-
 
 class DecoderLayer(nn.Module):
     """Pre-LN causal self-attention (KV-cached) + cross-attention + MLP. Reusable in any stack.
@@ -106,7 +62,7 @@ class DecoderLayer(nn.Module):
     def cross_keys_values(self, enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """enc (1, S, d) -> K, V (1, H, S, Dh), computed once per window."""
         k, v = self.cross_kv(enc).chunk(2, dim=-1)
-        return _heads(k, self.n_heads).contiguous(), _heads(v, self.n_heads).contiguous()
+        return split_heads(k, self.n_heads).contiguous(), split_heads(v, self.n_heads).contiguous()
 
     def forward(
         self,
@@ -148,25 +104,6 @@ class DecoderLayer(nn.Module):
         x = x + blocks.map(self.cross_out, a)
         x = x + blocks.map(lambda b: self.mlp(self.mlp_ln(b)), x)
         return x, all_scores
-
-
-class AudioEncoder(nn.Module):
-    def __init__(self, dims: WhisperDims):
-        super().__init__()
-        d = dims.n_audio_state
-        self.conv1 = nn.Conv1d(dims.n_mels, d, kernel_size=3, padding=1)
-        self.conv2 = nn.Conv1d(d, d, kernel_size=3, stride=2, padding=1)
-        self.register_buffer("positional_embedding", torch.zeros(dims.n_audio_ctx, d))
-        self.layers = nn.ModuleList(EncoderLayer(d, dims.n_audio_head, 4 * d) for _ in range(dims.n_audio_layer))
-        self.ln_post = nn.LayerNorm(d, eps=LN_EPS)
-
-    def forward(self, mel: torch.Tensor) -> torch.Tensor:  # (1, n_mels, 3000) -> (1, 1500, d)
-        x = F.gelu(self.conv1(mel))
-        x = F.gelu(self.conv2(x)).transpose(1, 2)  # (1, 1500, d)
-        x = x + self.positional_embedding[: x.shape[1]].to(x.dtype)
-        for layer in self.layers:
-            x = layer(x)
-        return self.ln_post(x)
 
 
 class StateFuse(nn.Module):

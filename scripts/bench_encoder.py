@@ -6,12 +6,19 @@ Per (window seconds, batch size): seconds per window, min and median over --repe
 (window, batch) cases run interleaved, in a rotating order each round. Prints one JSON document with
 the machine (CPU model, bf16/AMX flags, compute type).
 
+``--packing`` adds, per window at batch 1, the engine's packed encoder (models/compute.py
+pack_encoder: prepacked linears, gelu fused into fc1) against a plain copy (F.linear, then F.gelu),
+interleaved in the same rounds; and torch's attention over one window's heads, on strided views of
+the fused QKV output (as before) against contiguous heads (as now).
+
     nice python scripts/bench_encoder.py --out artifacts/bench_encoder.json
+    nice python scripts/bench_encoder.py --packing --batches 1 --out artifacts/bench_encoder_packing.json
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -25,6 +32,7 @@ def main() -> int:
     parser.add_argument("--batches", default="1,2,4", help="windows per encoder call (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--compute-type", default="auto")
+    parser.add_argument("--packing", action="store_true", help="also time packed against plain encoder layers")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from specscribe.machine import cpu_times
@@ -47,28 +55,62 @@ def main() -> int:
     for w in windows:
         frames = encoder_frames(None if w >= 30 else w, min(w, 30.0))
         mels[w] = torch.from_numpy(engine.features(audio[: int(w * 16000)])[:, :frames]).unsqueeze(0).to(engine.device)
-    cases = [(w, b) for w in windows for b in batches]
-    times: dict[tuple[float, int], list[float]] = {c: [] for c in cases}
+    encoders = {"engine": engine.model.encoder}
+    if args.packing:
+        encoders["plain"] = copy.deepcopy(engine.model.encoder)  # PackedMLP/PackedLinear copy as plain modules
+    dtype = engine.model.encoder.conv1.weight.dtype
+    cases = [(w, b, side) for w in windows for b in batches for side in encoders if side == "engine" or b == 1]
+    times: dict[tuple[float, int, str], list[float]] = {c: [] for c in cases}
     with torch.inference_mode():
-        engine.model.encode(mels[windows[0]])  # warm-up
+        for encoder in encoders.values():
+            encoder(mels[windows[0]].to(dtype))  # warm-up
         for r in range(args.repeat):
-            for w, b in cases[r % len(cases):] + cases[: r % len(cases)]:
-                x = mels[w].expand(b, -1, -1).contiguous()  # (b, n_mels, frames)
+            for w, b, side in cases[r % len(cases):] + cases[: r % len(cases)]:
+                x = mels[w].expand(b, -1, -1).contiguous().to(dtype)  # (b, n_mels, frames)
                 t0 = time.perf_counter()
-                engine.model.encode(x)
-                times[(w, b)].append((time.perf_counter() - t0) / b)
-    rows = [{"window_s": w, "batch": b, "s_per_window_min": round(min(t), 4),
-             "s_per_window_median": round(statistics.median(t), 4)} for (w, b), t in times.items()]
+                encoders[side](x)
+                times[(w, b, side)].append((time.perf_counter() - t0) / b)
+    rows = [{"window_s": w, "batch": b, "encoder": side, "s_per_window_min": round(min(t), 4),
+             "s_per_window_median": round(statistics.median(t), 4)} for (w, b, side), t in times.items()]
     report = {"machine": machine_info(engine.compute_type, since=started), "repeat": args.repeat, "rows": rows}
     for row in rows:
-        print(f"window {row['window_s']:4.0f} s  batch {row['batch']}: {row['s_per_window_median']:.3f} s a window "
-              f"(min {row['s_per_window_min']:.3f})", file=sys.stderr)
+        print(f"window {row['window_s']:4.0f} s  batch {row['batch']} {row['encoder']:>6}: "
+              f"{row['s_per_window_median']:.3f} s a window (min {row['s_per_window_min']:.3f})", file=sys.stderr)
+    if args.packing:
+        report["packing"] = [{"window_s": w, "plain_over_engine": round(
+            statistics.median(times[(w, 1, "plain")]) / statistics.median(times[(w, 1, "engine")]), 3)}
+            for w in windows]
+        report["attention_ms"] = attention_layouts(engine, dtype, args.repeat)
+        print(f"plain / engine: {report['packing']}; attention: {report['attention_ms']}", file=sys.stderr)
     text = json.dumps(report, indent=1)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
     return 0
+
+
+def attention_layouts(engine, dtype, repeat: int) -> dict[str, float]:
+    """ms per SDPA call over one 30 s window's heads (1, H, frames, Dh), median of 5 * repeat calls,
+    the layouts interleaved: strided views of a fused QKV output against contiguous copies (the
+    copies timed with the call, as EncoderLayer makes them)."""
+    import torch
+    import torch.nn.functional as F
+
+    dims = engine.dims
+    heads, frames, d = dims.n_audio_head, dims.n_audio_ctx, dims.n_audio_state
+    qkv = torch.randn(1, frames, 3 * d).to(dtype)  # (1, S, 3d)
+    views = [t.view(1, frames, heads, d // heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1)]  # (1, H, S, Dh)
+    calls = {"strided": lambda: F.scaled_dot_product_attention(*views),
+             "contiguous": lambda: F.scaled_dot_product_attention(*(v.contiguous() for v in views))}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    with torch.inference_mode():
+        for _ in range(5 * repeat + 1):
+            for name, call in calls.items():
+                t0 = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - t0)
+    return {name: round(statistics.median(t[1:]) * 1e3, 2) for name, t in times.items()}
 
 
 if __name__ == "__main__":

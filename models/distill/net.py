@@ -18,19 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specscribe.models.encoder import merge_heads, split_heads
 from specscribe.models.whisper import DecoderLayer, TextDecoder
-
-
-def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(B, T, d) -> (B, H, T, Dh)."""
-    b, t, d = x.shape
-    return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
-
-
-def _merge(x: torch.Tensor) -> torch.Tensor:
-    """(B, H, T, Dh) -> (B, T, d)."""
-    b, h, t, dh = x.shape
-    return x.transpose(1, 2).reshape(b, t, h * dh)
 
 
 def layer_forward(layer: DecoderLayer, x: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor) -> torch.Tensor:
@@ -40,11 +29,11 @@ def layer_forward(layer: DecoderLayer, x: torch.Tensor, cross_k: torch.Tensor, c
     """
     h = layer.n_heads
     q, k, v = layer.qkv(layer.attn_ln(x)).chunk(3, dim=-1)
-    a = F.scaled_dot_product_attention(_heads(q, h), _heads(k, h), _heads(v, h), is_causal=True)
-    x = x + layer.out(_merge(a))
-    q = _heads(layer.cross_q(layer.cross_ln(x)), h)
+    a = F.scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), is_causal=True)
+    x = x + layer.out(merge_heads(a))
+    q = split_heads(layer.cross_q(layer.cross_ln(x)), h)
     a = F.scaled_dot_product_attention(q, cross_k.to(q.dtype), cross_v.to(q.dtype))
-    x = x + layer.cross_out(_merge(a))
+    x = x + layer.cross_out(merge_heads(a))
     return x + layer.mlp(layer.mlp_ln(x))
 
 
@@ -119,7 +108,7 @@ class DraftNet(nn.Module):
         with torch.no_grad():
             for layer in self.layers:
                 k, v = layer.cross_kv(enc.to(layer.cross_kv.weight.dtype)).chunk(2, dim=-1)
-                out.append((_heads(k, layer.n_heads), _heads(v, layer.n_heads)))
+                out.append((split_heads(k, layer.n_heads), split_heads(v, layer.n_heads)))
         return out
 
     def forward(
@@ -141,7 +130,7 @@ class DraftNet(nn.Module):
         out = []
         for layer in self.layers:
             k, v = layer.cross_kv(enc.float()).chunk(2, dim=-1)
-            out.append((_heads(k, layer.n_heads), _heads(v, layer.n_heads)))
+            out.append((split_heads(k, layer.n_heads), split_heads(v, layer.n_heads)))
         return out
 
     def text_decoder(self, target: TextDecoder) -> TextDecoder:

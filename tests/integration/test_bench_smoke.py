@@ -35,7 +35,7 @@ BENCHES = [
     ("bench_speculative.py", ["--repeat", "1", "--clips", "jfk"]),
     ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec", "--repeat", "1"]),
     ("bench_server.py", ["--clients", "2", "--configs", "spec", "--stream-seconds", "3"]),
-    ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2"]),
+    ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2", "--packing"]),
     ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--ray-sides", "ray1"]),
 ]
 
@@ -154,8 +154,11 @@ def test_bench_server_sections(tmp_path_factory):
 def test_bench_encoder_sections(tmp_path_factory):
     script, args = next(b for b in BENCHES if b[0] == "bench_encoder.py")
     report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
-    assert [(r["window_s"], r["batch"]) for r in report["rows"]] == [(6.0, 1), (6.0, 2)]
+    assert [(r["window_s"], r["batch"], r["encoder"]) for r in report["rows"]] == [(6.0, 1, "engine"), (6.0, 1, "plain"),
+                                                                                 (6.0, 2, "engine")]
     assert all(0 < r["s_per_window_min"] <= r["s_per_window_median"] for r in report["rows"])
+    assert [p["window_s"] for p in report["packing"]] == [6.0] and report["packing"][0]["plain_over_engine"] > 0
+    assert set(report["attention_ms"]) == {"strided", "contiguous"} and min(report["attention_ms"].values()) > 0
 
 
 def test_bench_scaleout_sections(tmp_path_factory):

@@ -178,3 +178,42 @@ def test_a_drafts_cross_attention_matches_the_fused_kernel(dtype, rows):
     assert got.shape == want.shape == (rows, 4, 16) and got.dtype == dtype
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     assert torch.allclose(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("frames", [DIMS.n_audio_ctx, 120])  # the packed length, and a shorter window
+def test_a_packed_encoder_computes_the_plain_encoder(dtype, frames):
+    """pack_encoder (prepacked linears, gelu fused into fc1) gives the plain encoder's output up to
+    rounding, for the window it was packed for and a shorter one (streaming's --encoder-pad)."""
+    import copy
+
+    from specscribe.models.compute import PackedMLP, pack_encoder
+
+    torch.manual_seed(1)
+    model = WhisperModel(DIMS).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.05)
+    plain = model.to(dtype).encoder
+    packed = pack_encoder(copy.deepcopy(plain), DIMS.n_audio_ctx)
+    assert isinstance(packed.layers[0].mlp, PackedMLP) and isinstance(packed.layers[0].qkv, PackedLinear)
+    mel = torch.randn(1, DIMS.n_mels, 2 * frames).to(dtype)
+    with torch.inference_mode():
+        want, got = plain(mel).float(), packed(mel).float()
+    assert got.shape == want.shape == (1, frames, DIMS.n_audio_state)
+    tol = 5e-2 if dtype == torch.bfloat16 else 1e-4
+    assert torch.allclose(got, want, atol=tol, rtol=tol)
+    assert set(dict(packed.named_parameters())) == set(dict(plain.named_parameters()))  # same state dict names
+    again = copy.deepcopy(packed)  # a copy is plain again, and still applies the gelu
+    assert type(again.layers[0].mlp) is type(plain.layers[0].mlp) and type(again.layers[0].qkv) is nn.Linear
+    with torch.inference_mode():
+        assert torch.equal(again(mel).float(), want)
+
+
+def test_pack_encoder_leaves_an_int8_encoder_as_it_is():
+    from specscribe.models.compute import pack_encoder, prepare_model
+
+    model = prepare_model(WhisperModel(DIMS).eval(), "int8", "cpu")
+    before = [type(m) for m in model.encoder.modules()]
+    pack_encoder(model.encoder, DIMS.n_audio_ctx)
+    assert [type(m) for m in model.encoder.modules()] == before
