@@ -122,7 +122,8 @@ class DraftAdapter:
                  session_for: Callable[[torch.Tensor], object], install: Callable[[object], None],
                  options: AdaptOptions = AdaptOptions(), device: str = "cpu", seed: int = 0) -> None:
         from specscribe.models.distill.export import load_draft_into
-        from specscribe.models.distill.train import CrossCache, TrainOptions, head_index_of
+        from specscribe.models.distill.examples import CrossCache
+        from specscribe.models.distill.train import TrainOptions, head_index_of
 
         self.options, self.session_for, self.install, self.eot = options, session_for, install, eot
         self.target, self.target_sha256, self.checkpoint = target, target_sha256, Path(checkpoint)
@@ -197,7 +198,7 @@ class DraftAdapter:
     def _label(self, obs: Observation) -> None:
         from specscribe.models.distill.feature_net import FeatureExample
         from specscribe.models.distill.labels import teacher_forced
-        from specscribe.models.distill.train import Example
+        from specscribe.models.distill.examples import Example
 
         with torch.no_grad():
             values, indices, states = teacher_forced(self.session_for(obs.enc), obs.prompt, obs.tokens, obs.rules,

@@ -80,7 +80,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Acceptance of the draft (and of its untrained initialisation), reduced heads, step costs."""
     import torch
 
-    from specscribe.models.distill import evaluate, export, labels, train
+    from specscribe.models.distill import evaluate, examples, export, labels, train
     from specscribe.models.distill.net import DraftNet
 
     if args.threads > 0:
@@ -88,8 +88,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     target, info = export.load_target_decoder(args.model)
     sequences = labels.read_labels(Path(args.data))
     train_seqs = [s for s in sequences if s.split == "train"]
-    val = train.load_examples(Path(args.data), [s for s in sequences if s.split == "val"], info["eot"])
-    encoders = train.EncoderCache(Path(args.data))
+    val = examples.load_examples(Path(args.data), [s for s in sequences if s.split == "val"], info["eot"])
+    encoders = examples.EncoderCache(Path(args.data))
     result: dict = {"draft": args.draft, "val_sequences": len(val)}
     init = None
     if args.layers and not args.timing_only:

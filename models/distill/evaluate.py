@@ -10,7 +10,8 @@ from typing import Any, Sequence
 import torch
 
 from specscribe.models.distill.net import DraftNet
-from specscribe.models.distill.train import EncoderCache, Example, evaluate, reduced_vocabulary
+from specscribe.models.distill.examples import EncoderCache, Example
+from specscribe.models.distill.train import evaluate, reduced_vocabulary
 from specscribe.models.whisper import TextDecoder
 
 

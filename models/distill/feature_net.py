@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 from specscribe.models.distill.labels import LabelledSequence
 from specscribe.models.distill.net import DraftNet, layer_forward
-from specscribe.models.distill.train import Batch, EncoderCache, Example, collate, distill_loss, load_examples
+from specscribe.models.distill.examples import Batch, EncoderCache, Example, collate, load_examples
+from specscribe.models.distill.train import distill_loss
 from specscribe.models.whisper import TextDecoder
 
 
@@ -95,7 +96,7 @@ def load_feature_examples(folder: Path, sequences: Sequence[LabelledSequence], e
 
 @dataclass(frozen=True)
 class FeatureBatch:
-    """train.Batch plus the states: ``states`` (B, L, d) what each position reads (H_{q-1}; zeros
+    """examples.Batch plus the states: ``states`` (B, L, d) what each position reads (H_{q-1}; zeros
     in the prompt and padding), ``target_states`` (B, L, d) H_q at the trained positions, and
     ``own`` (B, L) the positions a second draft step reads a guessed state at (the second
     generated token on)."""

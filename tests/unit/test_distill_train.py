@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from specscribe.models.distill import labels, metrics, train
+from specscribe.models.distill.examples import EncoderCache, Example, collate, load_examples
 from specscribe.models.distill.export import draft_state, export_draft, load_draft_into
 from specscribe.models.distill.net import DraftNet
 from specscribe.models.whisper import DecoderLayer, TextDecoder
@@ -106,8 +107,8 @@ def test_training_raises_agreement_with_the_target(tmp_path):
     dec = tiny_target()
     write_labels(tmp_path, dec)
     seqs = labels.read_labels(tmp_path)
-    examples = train.load_examples(tmp_path, seqs, EOT)
-    encoders = train.EncoderCache(tmp_path)
+    examples = load_examples(tmp_path, seqs, EOT)
+    encoders = EncoderCache(tmp_path)
     net = DraftNet(dec, (0,))  # one layer of three, perturbed: starts far from the target
     torch.manual_seed(3)
     with torch.no_grad():
@@ -132,8 +133,8 @@ def test_distill_loss_is_zero_kl_for_the_teacher_itself():
     tokens = [5, 9, 17, 3]
     logits = dec.session(enc).forward([61, 62] + tokens)[1:]  # (5, V) teacher forced
     values, indices = logits.topk(V, dim=-1)
-    ex = train.Example("x", torch.tensor([61, 62] + tokens), 1, torch.tensor(tokens + [EOT]), values, indices, "en")
-    batch = train.collate([ex], _Const(enc[0]), None)
+    ex = Example("x", torch.tensor([61, 62] + tokens), 1, torch.tensor(tokens + [EOT]), values, indices, "en")
+    batch = collate([ex], _Const(enc[0]), None)
     with torch.no_grad():
         _, parts = train.distill_loss(net(batch.tokens, batch.enc), batch, 0.5)
     assert parts["kl"] < 1e-3
@@ -210,7 +211,7 @@ def test_training_reads_several_dataset_folders(tmp_path):
     write_labels(a, dec, n_items=4)
     write_labels(b, dec, n_items=4)
     np.save(b / "labels" / "enc" / "only-b.npy", np.zeros((S, D), np.float16))
-    encoders = train.EncoderCache([a, b])
+    encoders = EncoderCache([a, b])
     assert encoders.get("only-b").shape == (S, D)
     with pytest.raises(FileNotFoundError, match="no encoder output"):
         encoders.get("nowhere")
@@ -230,8 +231,8 @@ def test_eval_reports_reduced_heads_and_step_costs(tmp_path):
     dec = tiny_target()
     write_labels(tmp_path, dec, n_items=4)
     seqs = labels.read_labels(tmp_path)
-    examples = train.load_examples(tmp_path, seqs, EOT)
-    encoders = train.EncoderCache(tmp_path)
+    examples = load_examples(tmp_path, seqs, EOT)
+    encoders = EncoderCache(tmp_path)
     net = DraftNet(dec, (0, 1, 2))  # the whole target: agrees everywhere but at forced positions
     reports, ids = evaluate.vocabulary_sweep(net, seqs, examples, encoders, [V - EOT], EOT, V)
     assert reports["full"]["acceptance"] > 0.5  # raw argmax vs rule-filtered labels

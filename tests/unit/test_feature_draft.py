@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specscribe.models.distill import labels, train
+from specscribe.models.distill.examples import CrossCache, EncoderCache
 from specscribe.models.distill.export import export_draft, load_draft_into
 from specscribe.models.distill.net import DraftNet
 from specscribe.models.distill.feature_net import (
@@ -152,7 +153,7 @@ def test_feature_training_raises_agreement(tmp_path):
     add_features(tmp_path, dec)
     seqs = labels.read_labels(tmp_path)
     examples = load_feature_examples(tmp_path, seqs, EOT)
-    encoders = train.EncoderCache(tmp_path)
+    encoders = EncoderCache(tmp_path)
     fb = collate_features(examples[:2], encoders, None)
     e = examples[0]
     n, start = len(e.base.targets) - 1, e.base.start
@@ -165,7 +166,7 @@ def test_feature_training_raises_agreement(tmp_path):
         for name, p in net.layers[0].named_parameters():
             if "cross_kv" not in name:
                 p.add_(torch.randn_like(p) * 0.5)
-    crosses = train.CrossCache(net, encoders)
+    crosses = CrossCache(net, encoders)
     before = evaluate_features(net, examples, encoders, crosses)
     options = train.TrainOptions(steps=60, lr=3e-3, warmup=5, batch_size=4, eval_every=30, dtype="float32", feature=True)
     rows = []
