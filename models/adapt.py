@@ -343,7 +343,8 @@ def served_draft(net, target, old, compute_type: str):
 
     from torch import nn
 
-    from specscribe.models.draft import DraftDecoder, fit_to_target, prepare_draft
+    from specscribe.models.draft import DraftDecoder, fit_to_target
+    from specscribe.models.draft_loading import prepare_draft
 
     layers = nn.ModuleList(copy.deepcopy(layer) for layer in net.layers).requires_grad_(False)
     fuse = getattr(net, "fuse", None)

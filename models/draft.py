@@ -241,7 +241,7 @@ class DraftDecoder:
 
 def fit_to_target(target: TextDecoder, layers: nn.ModuleList, fuse: StateFuse | None) -> tuple[nn.ModuleList, StateFuse | None]:
     """Draft modules in eval mode, in the dtype and on the device of the target's decoder layers
-    (float32 if these are quantized: quantize the draft yourself then, prepare_draft)."""
+    (float32 if these are quantized: quantize the draft yourself then, models/draft_loading.py prepare_draft)."""
     ref = next((p for p in target.layers.parameters() if p.is_floating_point()), None)
     if ref is not None:
         layers = layers.to(device=ref.device, dtype=ref.dtype)
@@ -342,66 +342,3 @@ class DraftDecoderDrafter:
 
     def finish(self) -> None:
         self.session, self._cached = None, []
-
-
-# --- what the spec engine uses --------------------------------------------------------------
-
-
-def shipped_checkpoint(model_name: str) -> Path | None:
-    """models/drafts/<name>-draft.safetensors, if this package ships one for the model."""
-    path = Path(__file__).parent / "drafts" / f"{Path(model_name).name}-draft.safetensors"
-    return path if path.is_file() else None
-
-
-def target_sha256(folder: Path, model_name: str) -> str:
-    """The catalogue's checksum for a catalogue model (installed with a checked sha256), else hashed."""
-    from specscribe.models.registry import CATALOGUE, sha256_file
-
-    entry = CATALOGUE.get(model_name)
-    return entry.sha256 if entry is not None else sha256_file(Path(folder) / "model.bin")
-
-
-def checkpoint_target(path: Path) -> str | None:
-    """The target sha256 a draft checkpoint was made for (None if unreadable)."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            return (fh.metadata() or {}).get("target_sha256")
-    except Exception:  # an unreadable file: DraftDecoder.load reports it
-        return None
-
-
-def load_draft_decoder(
-    target: TextDecoder,
-    folder: Path,
-    model_name: str,
-    draft_model: str | None,
-    compute_type: str,
-    untrained_ok: bool,
-    mismatch_ok: bool = False,
-) -> DraftDecoder | None:
-    """The draft decoder an engine should use: ``draft_model`` if given, else the shipped
-    checkpoint for the model, else (``untrained_ok``) copies of the target's first and last
-    layers, else None. ``mismatch_ok``: a checkpoint made for another target gives None instead
-    of a ModelError. Loaded drafts are int8 under the int8 compute types (drafts need not be
-    lossless: the target verifies every token)."""
-    path = Path(draft_model).expanduser() if draft_model else shipped_checkpoint(model_name)
-    if path is None:
-        return DraftDecoder.from_target(target) if untrained_ok else None
-    sha = target_sha256(folder, model_name)
-    if mismatch_ok and checkpoint_target(path) != sha:
-        return None
-    return prepare_draft(DraftDecoder.load(path, target, sha), compute_type)
-
-
-def prepare_draft(draft: DraftDecoder, compute_type: str) -> DraftDecoder:
-    """Ready a loaded (or adapted) draft for inference: int8 under the int8 compute types, else
-    oneDNN-prepacked weights for its one-token steps (a plain, not batch-invariant, decoder)."""
-    if compute_type in ("int8", "int8_float32"):
-        draft.quantize_int8()
-    else:
-        from specscribe.models.compute import pack_decoder
-
-        pack_decoder(draft.decoder, 1)
-    return draft

@@ -36,7 +36,8 @@ from specscribe.models.alignment import align_words
 from specscribe.models.beam import BeamOptions, BeamSequence, SampleGroup
 from specscribe.models.decode_loop import DecodeJob, SpecDecodeLoop
 from specscribe.models.decoding import GenerateOptions, build_prompt, detect_language, max_new_tokens
-from specscribe.models.draft import draft_group, load_draft_decoder
+from specscribe.models.draft import draft_group
+from specscribe.models.draft_loading import load_draft_decoder
 from specscribe.models.draft_policy import (
     DraftPolicy,
     PolicyContext,

@@ -135,7 +135,7 @@ def run(args) -> dict:
 
     from specscribe.clips import evaluation_windows
     from specscribe.machine import cpu_times, machine_info
-    from specscribe.models.draft import load_draft_decoder, shipped_checkpoint
+    from specscribe.models.draft_loading import load_draft_decoder, shipped_checkpoint
     from specscribe.models.draft_policy import build_drafter
     from specscribe.models.engines import EngineOptions
     from specscribe.models.spec_engine import HYPOTHESIS_K, SpecEngine, hypothesis_spec_options

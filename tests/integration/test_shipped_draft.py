@@ -37,7 +37,7 @@ def engines(base_model_dir):
 
 
 def test_auto_loads_the_shipped_checkpoint(engines):
-    from specscribe.models.draft import shipped_checkpoint
+    from specscribe.models.draft_loading import shipped_checkpoint
 
     with_draft, _ = engines
     assert shipped_checkpoint("base") == CHECKPOINT
