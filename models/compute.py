@@ -208,12 +208,14 @@ class PackedMLP(nn.Module):
         return self.fc2(self.fc1(x))
 
 
-def _can_pack(weight: torch.Tensor, rows: int) -> bool:
-    """Whether oneDNN packs linears of weight's dtype here (CPU; not bf16 without AVX512)."""
+def _can_pack(weight: torch.Tensor, rows: int, activation: str = "none") -> bool:
+    """Whether oneDNN packs linears of weight's dtype here, with that fused activation (CPU; not bf16
+    without AVX512, not fp16 without AVX512-FP16)."""
     if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
     try:
-        PackedLinear.from_linear(nn.Linear(8, 8, dtype=weight.dtype), rows)(torch.zeros(rows, 8, dtype=weight.dtype))
+        probe = PackedLinear.from_linear(nn.Linear(8, 8, dtype=weight.dtype), rows, activation)
+        probe(torch.zeros(rows, 8, dtype=weight.dtype))
     except RuntimeError:  # e.g. bf16 on a CPU without AVX512: plain F.linear, still batch-invariant
         return False
     return True
@@ -225,7 +227,7 @@ def pack_encoder(encoder: nn.Module, rows: int) -> nn.Module:
     lengths run too). Left as they are: CUDA, int8 (quantized) encoders, CPUs or dtypes oneDNN
     cannot pack. The encoder runs one window per call, so packing changes no batch invariance.
     Returns the encoder."""
-    if not _can_pack(encoder.conv1.weight, rows):
+    if not _can_pack(encoder.conv1.weight, rows, "gelu"):
         return encoder
     for layer in encoder.layers:
         for name in ("qkv", "out"):
