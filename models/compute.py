@@ -184,8 +184,8 @@ class PackedLinear(nn.Linear):
 class PackedMLP(nn.Module):
     """An encoder MLP, fc2(gelu(fc1(x))), on prepacked weights with the gelu fused into fc1's call.
 
-    A 30 s base window, bf16, 2-core AVX512-BF16 EPYC: fc1 + gelu 8.9 ms against 15.2 ms for
-    F.linear then F.gelu; float32 17.0 against 34.4 ms (scripts/bench_encoder.py, docs/benchmarks.md).
+    Whole base encoder with pack_encoder, 2-core AVX512-BF16 EPYC: 1.03-1.21x a window in bf16 (30 s
+    to 6 s windows), 1.26-1.29x in float32 (scripts/bench_encoder.py --packing, docs/benchmarks.md).
     Same parameter names as encoder.MLP (``fc1``, ``fc2``), so state dicts do not change.
     """
 
