@@ -9,8 +9,14 @@ would miss it: with shared passes a job starts at once and then runs slower). Fr
     level  lag (default)   what changes
     0      < 1.0 s         nothing: updates every update_interval, translations as sentences end
     1      < 2.0 s         updates every 2 x update_interval; translations wait for an utterance end
-    2      < 3.5 s         updates every 4 x update_interval (partials for fewer sessions at a time)
-    3      >= 3.5 s        updates every 8 x update_interval; new sessions are refused with `busy`
+    2      < 3.5 s         updates every 4 x update_interval (partials for fewer sessions at a time);
+                           decodes drop the committed context kept before an utterance (keep_context)
+    3      >= 3.5 s        updates every 8 x update_interval, no kept context; new sessions are refused
+                           with `busy`
+
+Dropping the kept context makes each decode cheaper (it re-encodes and re-decodes up to keep_context
+seconds of audio whose words are already final) at some accuracy on conversation, where a short turn
+is heard without the turns before it (docs/benchmarks.md).
 
 Finals are never dropped: an utterance's last decode runs at the highest priority at every level
 (pipeline/scheduler.py), and a session already streaming is never closed for load. Only a stream
@@ -53,12 +59,18 @@ class Load:
         return self.level == 0
 
     @property
+    def keep_context(self) -> bool:
+        """Decodes keep the committed audio before an utterance as context (StreamOptions.keep_context)."""
+        return self.level < 2
+
+    @property
     def accepting(self) -> bool:
         """New sessions are admitted."""
         return self.level < 3
 
     def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "lag_s": round(self.lag_s, 3), "update_factor": self.update_factor}
+        return {"level": self.level, "lag_s": round(self.lag_s, 3), "update_factor": self.update_factor,
+                "keep_context": self.keep_context}
 
 
 class LagMeter:

@@ -5,7 +5,8 @@ over the new audio and, when `update_interval` seconds of speech have arrived, o
 update), and `finish()` at the end. Each session owns all its state; model work goes through
 `ModelScheduler.run(session_id, job, priority)`: an utterance's last decode is FINAL, the updates
 before it UPDATE, translations BACKGROUND. Under load (`scheduler.load`, pipeline/load.py) updates
-come further apart and translations wait for utterance ends; finals are never skipped.
+come further apart, translations wait for utterance ends and decodes drop the kept context; finals are
+never skipped.
 
 One update: encode the uncommitted buffer once (plus `encoder_pad` seconds, not a 30 s window), decode it (committed text as the prompt, the
 previous hypothesis as the speculative draft), align words, let the policy commit the words the
@@ -290,6 +291,8 @@ class StreamSession:
             start_s = self._own_start(start_s)  # and so would its audio (keep_context)
         elif self._tracker is not None and self._tracker.needs_detection:
             start_s = self._own_start(start_s)  # the detector hears this utterance, not the context before it
+        elif not self.scheduler.load.keep_context:
+            start_s = self._own_start(start_s)  # under load: no context re-decoded (pipeline/load.py)
         start = max(int(round(start_s * SAMPLE_RATE)), self._ring.start)
         self._last_update = end
         hyp: Hypothesis | None = None

@@ -262,8 +262,9 @@ def test_load_levels_follow_the_lag():
         levels.append(meter.load().level)
     assert levels == [0, 1, 2, 3, 0]
     busy = Load(3, 3.0)
-    assert busy.update_factor == 8 and not busy.accepting and not busy.translate_early
-    assert Load().accepting and Load().translate_early and Load().update_factor == 1
+    assert busy.update_factor == 8 and not busy.accepting and not busy.translate_early and not busy.keep_context
+    assert Load().accepting and Load().translate_early and Load().update_factor == 1 and Load().keep_context
+    assert Load(1).keep_context and not Load(2).keep_context
 
 
 def test_lag_is_smoothed_and_reset_when_idle():

@@ -629,3 +629,25 @@ def test_under_load_translations_wait_for_the_utterance_end():
     translations = [e for e in events if e.type == "translation"]
     assert len(translations) == 1  # one, at the end, instead of one per sentence
     assert translations[0].text.split() == [w.upper() for w, _, _ in script]
+
+
+def test_from_load_level_2_decodes_drop_the_kept_context():
+    """Under load an utterance is decoded from its own start: the committed sentences before it are not
+    re-encoded and re-decoded (Load.keep_context); at level 0 they are, and both commit every word."""
+    starts = (0.5, 4.0, 7.5)
+    script = []
+    for u, t0 in enumerate(starts):
+        for i, (_, s, e) in enumerate(make_script(6, start=t0)):
+            script.append((f"u{u}w{i}" + ("." if i == 5 else ""), s, e))
+    intervals = [(t0, t0 + 2.6) for t0 in starts]
+    audio = noise(12)
+    pad = StreamOptions().speech_pad
+    windows = {}
+    for level in (0, 2):
+        events, tr = run_session(audio, script, StreamOptions(language="en"), intervals=intervals, level=level)
+        assert finals_text(events) == [w for w, _, _ in script]
+        windows[level] = tr.windows
+    def reach_back(wins):  # the most a window starts before the start of the utterance it ends in
+        return max(max(a - pad for a, _ in intervals if a - pad < off + dur) - off for off, dur in wins)
+    assert reach_back(windows[0]) > 2.0  # the sentences before it, as context
+    assert reach_back(windows[2]) < 0.05
