@@ -289,10 +289,10 @@ class StreamSession:
         if self._text_language not in (None, self._decode_language()):
             prompt = ""  # text in another language would pull the decode into it (or into translating)
             start_s = self._own_start(start_s)  # and so would its audio (keep_context)
-        elif self._tracker is not None and self._tracker.needs_detection:
-            start_s = self._own_start(start_s)  # the detector hears this utterance, not the context before it
-        elif not self.scheduler.load.keep_context:
-            start_s = self._own_start(start_s)  # under load: no context re-decoded (pipeline/load.py)
+        elif (self._tracker is not None and self._tracker.needs_detection) or not self.scheduler.load.keep_context:
+            # the detector hears this utterance, not the context before it; under load (pipeline/load.py)
+            # no context is re-decoded
+            start_s = self._own_start(start_s)
         start = max(int(round(start_s * SAMPLE_RATE)), self._ring.start)
         self._last_update = end
         hyp: Hypothesis | None = None

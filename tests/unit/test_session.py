@@ -647,6 +647,7 @@ def test_from_load_level_2_decodes_drop_the_kept_context():
         events, tr = run_session(audio, script, StreamOptions(language="en"), intervals=intervals, level=level)
         assert finals_text(events) == [w for w, _, _ in script]
         windows[level] = tr.windows
+
     def reach_back(wins):  # the most a window starts before the start of the utterance it ends in
         return max(max(a - pad for a, _ in intervals if a - pad < off + dur) - off for off, dur in wins)
     assert reach_back(windows[0]) > 2.0  # the sentences before it, as context
