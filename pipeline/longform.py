@@ -118,8 +118,9 @@ def _remainder(
     """The part of the window after the decode's last segment, if the VAD heard enough speech there.
 
     Whisper sometimes ends a window early (end-of-text after a timestamp) although speech goes
-    on; faster-whisper then skips the rest of the window. Here the rest is encoded and decoded
-    again as a window of its own. covered: window-relative end of the last segment (seconds).
+    on, most often when a clause ends within a second or two of the window's end; faster-whisper
+    then skips the rest of the window. Here the rest is decoded again (``_queue_rest``).
+    covered: window-relative end of the last segment (seconds).
     """
     cut = window.start + int(round(covered * SAMPLE_RATE))
     if covered < 1.0 or cut >= window.end:  # no progress: never loop
@@ -128,6 +129,20 @@ def _remainder(
     if speech < min_speech:
         return None
     return Window(cut, window.end, remainder=True)
+
+
+def _queue_rest(queue: collections.deque, index: int, depth: int, rest: Window, options: LongformOptions) -> None:
+    """Put a window's undecoded rest in the lane's queue. If the lane's next window follows
+    within ``max_gap`` and both fit in ``max_window``, the rest becomes the start of that window
+    (Whisper's seek: no extra encoding, and the cut phrase is decoded with what follows it);
+    otherwise it is decoded on its own, next."""
+    if queue:
+        n_index, n_depth, after = queue[0]
+        fits = after.end - rest.start <= int(options.max_window * SAMPLE_RATE)
+        if n_depth == 0 and fits and 0 <= after.start - rest.end <= int(options.max_gap * SAMPLE_RATE):
+            queue[0] = (n_index, 0, Window(rest.start, after.end, remainder=True))
+            return
+    queue.appendleft((index, depth + 1, rest))
 
 
 @dataclass(frozen=True)
@@ -203,7 +218,8 @@ def lane_program(
     on_window: Callable[[float], None] | None = None,
 ) -> Generator[DecodeCall, WindowResult, LaneOutput]:
     """Decode ``windows`` (a stretch of plan.windows) in order, each conditioned on the lane's
-    previous text; a window that Whisper ended early has its rest decoded again right after it.
+    previous text; a window that Whisper ended early has its rest decoded again, at the start of
+    the lane's next window when it fits there (``_queue_rest``), else on its own right after it.
     on_window(seconds): the audio seconds a finished window covered (for progress)."""
     tasks: tuple[Task, ...] = ("transcribe", "translate") if options.task == "both" else (options.task,)
     main_task: Task = "translate" if options.task == "translate" else "transcribe"
@@ -219,6 +235,7 @@ def lane_program(
     t_enc = t_align = 0.0
     first_index = plan.windows.index(windows[0]) if windows else 0
     queue = collections.deque((first_index + i, 0, w) for i, w in enumerate(windows))
+    reached = 0  # sample up to which windows have been decoded (progress)
     while queue:
         index, depth, window = queue.popleft()
         if index == 0 and depth == 0 and plan.first is not None:
@@ -266,9 +283,10 @@ def lane_program(
             if task == main_task:
                 rest = _remainder(window, result.segments[-1].end, plan.chunks, options.min_remainder_speech)
                 if rest is not None:
-                    queue.appendleft((index, depth + 1, rest))
+                    _queue_rest(queue, index, depth, rest, options)
         if on_window is not None and depth == 0:
-            on_window(window.duration)
+            on_window((window.end - max(window.start, reached)) / SAMPLE_RATE)  # a merged rest counted once
+        reached = max(reached, window.end)
     return LaneOutput({t: tuple(v) for t, v in out.items()}, tuple(infos), stats, t_enc, t_align)
 
 

@@ -29,7 +29,9 @@ class LongformOptions:
         max_gap: seconds of silence still kept inside one window.
         seed: base seed for sampling at temperature > 0 (per window + attempt), for reproducibility.
         min_remainder_speech: seconds of VAD speech left after a decode's last segment that make
-            the rest of the window decode again (Whisper stopped early).
+            the rest of the window decode again (Whisper stopped early). 1 s: more than the VAD's
+            0.4 s pad, less than a short phrase (Whisper tends to drop a clause that ends within a
+            second or two of a window's end; scripts/eval_remainder.py measures it).
         beam_size, patience, length_penalty: beam search at temperature 0 (1: greedy, the
             default), faster-whisper's semantics (models/beam.py).
         best_of: hypotheses sampled per fallback temperature; the best is kept (faster-whisper: 5).
@@ -51,7 +53,7 @@ class LongformOptions:
     max_window: float = 30.0
     max_gap: float = 4.0
     seed: int = 0
-    min_remainder_speech: float = 3.0
+    min_remainder_speech: float = 1.0
     beam_size: int = 1
     patience: float = 1.0
     length_penalty: float = 1.0

@@ -120,6 +120,9 @@ def detector(spans):
 
 
 def run(fake, spans, total, **opts):
+    # most scripts here end a decode a second or more before its window's end; the decode of the
+    # rest has its own tests (test_*_rest_*), the others keep it out of the way
+    opts.setdefault("min_remainder_speech", 3.0)
     return transcribe_audio(fake, make_audio(spans, total), LongformOptions(**opts), detect_speech=detector(spans))
 
 
@@ -239,6 +242,38 @@ def test_early_end_of_window_decodes_the_rest_again():
     assert times == sorted(times)
 
 
+def test_a_clause_cut_at_the_window_end_starts_the_lanes_next_window():
+    # Whisper stopped at 18.5 s of a 20 s window: the 1.5 s rest joins the next window (one encoding
+    # fewer than a decode of its own), conditioned on the text before it
+    fake = FakeTranscriber(scripts={
+        (1, "transcribe"): Script(" fifteen joules.", ((0.0, 18.5, " fifteen joules."),)),
+        (2, "transcribe"): Script(" fall, then.", ((0.0, 1.5, " fall,"), (2.0, 21.5, " then."))),
+    })
+    audio = make_audio([(0.0, 18.5), (18.5, 20.0), (20.5, 40.0)], 40.0)  # value 2 marks the rest's audio
+    tr = transcribe_audio(fake, audio, LongformOptions(), detect_speech=detector([(0.0, 20.0), (20.5, 40.0)]))
+    assert fake.encodes == [20.0, 21.5]
+    assert [(x.start, x.text) for x in tr.segments] == [(0.0, " fifteen joules."), (18.5, " fall,"), (20.5, " then.")]
+    assert dict(fake.requests)[2].prompt_tokens == (100, 101)
+
+
+def test_the_rest_of_a_lanes_last_window_is_decoded_on_its_own():
+    fake = FakeTranscriber(scripts={
+        (1, "transcribe"): Script(" fifteen joules.", ((0.0, 18.5, " fifteen joules."),)),
+        (2, "transcribe"): Script(" fall,", ((0.0, 1.5, " fall,"),)),
+        (3, "transcribe"): Script(" then.", ((0.0, 19.5, " then."),)),
+    })
+    audio = make_audio([(0.0, 18.5), (18.5, 20.0), (20.5, 40.0)], 40.0)
+    tr = transcribe_audio(fake, audio, LongformOptions(), detect_speech=detector([(0.0, 20.0), (20.5, 40.0)]), lanes=2)
+    assert sorted(fake.encodes) == [1.5, 19.5, 20.0]
+    assert [(x.start, x.text) for x in tr.segments] == [(0.0, " fifteen joules."), (18.5, " fall,"), (20.5, " then.")]
+
+
+def test_the_vad_pad_after_the_last_segment_is_not_decoded_again():
+    fake = FakeTranscriber()  # covers 0-2 s of a 2.8 s window: 0.8 s left, less than min_remainder_speech
+    tr = transcribe_audio(fake, make_audio([(0.0, 2.8)], 5.0), LongformOptions(), detect_speech=detector([(0.0, 2.8)]))
+    assert fake.encodes == [2.8] and len(tr.segments) == 1
+
+
 def test_progress_reaches_duration():
     seen = []
     fake = FakeTranscriber()
@@ -248,7 +283,7 @@ def test_progress_reaches_duration():
 
 
 # --- lanes -----------------------------------------------------------------------------------------
-SIX = [(0.0, 3.0), (10.0, 13.0), (20.0, 23.0), (30.0, 33.0), (40.0, 43.0), (50.0, 53.0)]
+SIX = [(0.0, 2.5), (10.0, 12.5), (20.0, 22.5), (30.0, 32.5), (40.0, 42.5), (50.0, 52.5)]  # each fully covered
 
 
 def test_lanes_restart_conditioning_at_each_stretch_and_keep_time_order():
