@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         for value in order:
             started = time.perf_counter()
             tr = transcribe_audio(transcriber, audio, LongformOptions(min_remainder_speech=value), lanes=args.lanes)
-            text = " ".join(s.text.strip() for s in tr.segments)
+            text = tr.text
             entry["by_value"][str(value)] = {
                 "seconds": round(time.perf_counter() - started, 2),
                 "decodes": len(tr.windows),

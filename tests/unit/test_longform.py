@@ -121,7 +121,8 @@ def detector(spans):
 
 def run(fake, spans, total, **opts):
     # most scripts here end a decode a second or more before its window's end; the decode of the
-    # rest has its own tests (test_*_rest_*), the others keep it out of the way
+    # rest has its own tests (test_early_end_*, test_a_clause_cut_*, test_the_rest_*, test_the_vad_pad_*),
+    # the others keep it out of the way
     opts.setdefault("min_remainder_speech", 3.0)
     return transcribe_audio(fake, make_audio(spans, total), LongformOptions(**opts), detect_speech=detector(spans))
 
