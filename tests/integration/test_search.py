@@ -93,7 +93,9 @@ def test_beams_are_lossless_alone_batched_and_against_the_reference(base_model_d
     assert [a.tokens for a in alone.alternatives] == [
         tuple(t for t in w[0] if t < eot) for w in want[:4]
     ]
-    assert len({a.text for a in alone.alternatives}) > 1  # the beams differ
+    # the beams branched: four distinct hypotheses (on some clips and CPUs, e.g. 0880 in bf16 on AMX,
+    # they differ in their timestamps only, so this counts whole sequences, not texts)
+    assert len({tuple(w[0]) for w in want[:4]}) == 4
 
 
 def _transcribe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
