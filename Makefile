@@ -26,6 +26,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test,ray]'
+	$(PY) -m compileall -q models pipeline web specscribe  # as pip does for an installed package: a faster first start
 	touch $@
 
 $(ASSETS): $(STAMP)

@@ -105,32 +105,49 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
     raise ValueError(f"unknown compute type {compute_type!r}")
 
 
-def pass_rows_for(compute_type: str, device: str) -> int:
+def cpu_has_amx(flags: set[str] | None = None) -> bool:
+    """True on CPUs with AMX tiles for bf16 (amx_bf16): oneDNN's bf16 kernels and torch's attention behave
+    differently there than on AVX512-BF16 alone (see pass_rows_for, query_block_for)."""
+    return "amx_bf16" in (cpu_flags() if flags is None else flags)
+
+
+def pass_rows_for(compute_type: str, device: str, flags: set[str] | None = None) -> int:
     """Rows per block of a batch-invariant decoder pass (models/invariant.py PassShape).
 
     Every target pass is padded to a multiple of this, so it is the cost floor of a one-token
-    step and the unit in which a batched pass grows. Measured on a 2-core Xeon with AVX512-BF16
-    (scripts/bench_engines.py pass_ms, docs/benchmarks.md): bf16 blocks of 8 cost 13 ms for one
-    row, 26 ms for 8 sequences and 49 ms for 16 (blocks of 16: 17, 29, 45 ms; of 4: 11, 36,
-    61 ms); float32 blocks of 8: 16, 36, 72 ms. 8 keeps a lone decode (streaming, one short file)
-    cheap and costs a batch of 16 no more per token than blocks of 16 do. CUDA: untested here, 16.
+    step and the unit in which a batched pass grows. Measured with scripts/bench_engines.py pass_ms
+    (docs/benchmarks.md):
+    - 2-core Xeon with AVX512-BF16, no AMX: bf16 blocks of 8 cost 13 ms for one row, 26 ms for 8
+      sequences and 49 ms for 16 (blocks of 16: 17, 29, 45 ms; of 4: 11, 36, 61 ms); float32 blocks
+      of 8: 16, 36, 72 ms. 8 keeps a lone decode (streaming, one short file) cheap and costs a batch
+      of 16 no more per token than blocks of 16 do.
+    - 2-core Xeon with AMX, bf16 (query block 1): blocks of 16 cost 7.5 ms for one row, 30 ms for 16
+      sequences, 31 ms for 33 rows of one; blocks of 8: 7.3, 34, 37 ms
+      (benchmarks/xeon-amx/bench_engines_pass_shapes.json). AMX multiplies 16-row tiles.
+    CUDA: untested here, 16.
     """
     if device == "cuda":
         return 16
-    return 8
+    return 16 if compute_type == "bfloat16" and cpu_has_amx(flags) else 8
 
 
-def query_block_for(compute_type: str, device: str) -> int:
+def query_block_for(compute_type: str, device: str, flags: set[str] | None = None) -> int:
     """Attention query rows per call of a batch-invariant pass (PassShape.query_block).
 
-    Measured on a 2-core AMD EPYC with AVX512-BF16 (torch 2.13, 8 heads): torch's bf16 attention
-    over 1500 encoder keys (out of cache) takes 0.83-1.06 ms for a 1-row query, 0.44-0.48 ms for 2
-    or 4 rows, 0.53 ms for 8; over 64-448 cached keys, 59-302 us for 1 row, 39-106 us for 4.
-    float32 is fast row by row (0.33-0.53 ms cross, 19-60 us self) and slower in blocks. So bf16
-    attends in blocks of 4 (cheaper even for a lone row), float32 row by row; whole passes in
-    docs/benchmarks.md ("Attention in query blocks"). CUDA: untested, 1.
+    torch's CPU attention has a fast kernel for a 1-row query; whether it beats a block of rows
+    depends on the CPU:
+    - 2-core AMD EPYC with AVX512-BF16 (torch 2.13, 8 heads): bf16 attention over 1500 encoder keys
+      (out of cache) takes 0.83-1.06 ms for a 1-row query, 0.44-0.48 ms for 2 or 4 rows, 0.53 ms for
+      8; over 64-448 cached keys, 59-302 us for 1 row, 39-106 us for 4. float32 is fast row by row
+      (0.33-0.53 ms cross, 19-60 us self) and slower in blocks. So bf16 attends in blocks of 4
+      (cheaper even for a lone row), float32 row by row; docs/benchmarks.md ("Attention in query
+      blocks").
+    - 2-core Xeon with AMX, bf16: over 1500 encoder keys, 0.18 ms for 1 row, 0.32 ms for 4, 0.37 ms
+      for 16. Row by row, a pass of 16 sequences costs 30 ms against 49 ms in blocks of 4 (rows of
+      16 both), and a 33-row verify pass the same (31 against 32 ms): 1.
+    CUDA: untested, 1.
     """
-    if device == "cuda" or compute_type != "bfloat16":
+    if device == "cuda" or compute_type != "bfloat16" or cpu_has_amx(flags):
         return 1
     return 4
 

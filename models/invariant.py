@@ -164,10 +164,26 @@ def attend_blocks(
 
 def cross_attend_plain(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """Cross-attention of a plain (not batch-invariant) pass: a draft's steps. q (T, H, Dh), keys and
-    values (1, H, S, Dh) -> (T, H, Dh). On CPU in bf16/fp16, torch's fused attention for a query of a
-    few rows is slow (about 1 ms for 1 row over 1500 keys, against 0.33 ms for two matmuls and a
-    float32 softmax, 2-core EPYC): those go the explicit way; everything else the fused kernel."""
-    if q.device.type == "cpu" and q.dtype != torch.float32 and q.shape[0] <= 8:
-        scores = (q.transpose(0, 1) @ keys[0].transpose(-1, -2)) * (q.shape[-1] ** -0.5)  # (H, T, S)
-        return (torch.softmax(scores.float(), dim=-1).to(q.dtype) @ values[0]).transpose(0, 1)
+    values (1, H, S, Dh) -> (T, H, Dh). On CPUs without AMX in bf16/fp16, torch's fused attention for a
+    query of a few rows is slow (about 1 ms for 1 row over 1500 keys, against 0.33 ms for two matmuls
+    and a float32 softmax, 2-core EPYC): those go the explicit way (``cross_attend_explicit``). On AMX
+    the fused kernel is the faster one (a shipped draft's step 2.24 against 2.59 ms, 2-core Xeon,
+    scripts/bench_draft_step.py); everything else takes it too."""
+    if q.device.type == "cpu" and q.dtype != torch.float32 and q.shape[0] <= 8 and few_row_attention_is_slow():
+        return cross_attend_explicit(q, keys, values)
     return attend(q, keys, values, None)
+
+
+def cross_attend_explicit(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Cross-attention as two matmuls and a float32 softmax: q (T, H, Dh), keys, values (1, H, S, Dh) -> (T, H, Dh)."""
+    scores = (q.transpose(0, 1) @ keys[0].transpose(-1, -2)) * (q.shape[-1] ** -0.5)  # (H, T, S)
+    return (torch.softmax(scores.float(), dim=-1).to(q.dtype) @ values[0]).transpose(0, 1)
+
+
+@functools.cache
+def few_row_attention_is_slow() -> bool:
+    """Whether torch's fused CPU attention is slow for a reduced-precision query of a few rows here: on
+    CPUs without AMX (measured on AVX512-BF16 EPYC and Xeon), not with it. A fact of the machine, read once."""
+    from specscribe.models.compute import cpu_has_amx
+
+    return not cpu_has_amx()

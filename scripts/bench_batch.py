@@ -8,6 +8,8 @@ decoding are included on every side, as a user meets them:
   its default temperature fallback and conditioning);
 - ``fw_batched``: faster-whisper ``BatchedInferencePipeline.transcribe`` (int8, batch 8, beam 1
   like ours; ``--fw-beam`` changes it; its own default is 5);
+- with ``--variant NAME=ARGS``: ``specscribe_b{default}_NAME``, the default side with extra
+  transcribe arguments (an engine setting timed against the default in the same run);
 - with ``--beam N``: ``specscribe_b{default}_beamN`` (`--beam-size N`) and ``fw_transcribe_beamN``
   (faster-whisper's default mode: beam 5), beam search against beam search.
 Sides run interleaved in a rotating order, ``--repeat`` times; the JSON has min and median wall
@@ -51,9 +53,9 @@ def run_side(side: str, files: list[Path], args: argparse.Namespace, work: Path)
     out.mkdir(parents=True, exist_ok=True)
     side_name, _, beam_part = side.partition("_beam")
     if side.startswith("specscribe"):
-        size = side_name.split("_b")[-1]
+        size, _, variant = side_name.removeprefix("specscribe_b").partition("_")
         cmd = [sys.executable, "-m", "specscribe", "transcribe", *map(str, files), "-f", "json", "-o", str(out),
-               "-q", "--batch-size", size, "--beam-size", beam_part or "1"]
+               "-q", "--batch-size", size, "--beam-size", beam_part or "1", *args.variants.get(variant, ())]
     else:
         from specscribe.models.registry import resolve_model
 
@@ -81,7 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-physics", action="store_true", help="skip the 203 s lecture (smoke runs)")
     parser.add_argument("--beam", type=int, default=0,
                         help="also beam search at this width: specscribe's default batch size and fw transcribe")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                        help="also specscribe at the default batch size with these extra transcribe arguments, "
+                        "side specscribe_b{size}_NAME (e.g. 'qb4=--pass-rows 8 --query-block 4'); repeatable")
     args = parser.parse_args(argv)
+    args.variants = {}
+    for item in args.variant:
+        name, sep, extra = item.partition("=")
+        if not sep or not name.isidentifier() or "_" in name:
+            parser.error(f"--variant {item!r}: NAME=ARGS, NAME letters and digits")
+        args.variants[name] = extra.split()
     from specscribe.machine import cpu_times
 
     started = cpu_times()
@@ -95,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     files = batch_set(lecture=not args.no_physics)
     paths = [f for f, _ in files]
     sizes = [int(s) for s in args.batch_sizes.split(",")]
-    sides = [f"specscribe_b{s}" for s in sizes] + ["fw_transcribe", "fw_batched"]
+    sides = [f"specscribe_b{s}" for s in sizes] + [f"specscribe_b{sizes[0]}_{v}" for v in args.variants]
+    sides += ["fw_transcribe", "fw_batched"]
     if args.beam > 1:
         sides += [f"specscribe_b{sizes[0]}_beam{args.beam}", f"fw_transcribe_beam{args.beam}"]
     walls: dict[str, list[float]] = {s: [] for s in sides}
@@ -130,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "repeat": args.repeat,
         "fw_batched_beam": args.fw_beam,
+        "variants": {f"specscribe_b{sizes[0]}_{v}": extra for v, extra in args.variants.items()},
         "files": [{"file": f.name, "duration_s": round(_duration(f), 2), "reference": ref is not None} for f, ref in files],
         "audio_s": round(audio_s, 2),
         "sides": report_sides,

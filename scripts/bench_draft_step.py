@@ -1,6 +1,7 @@
 """One draft step's cost: the draft's cross-attention the explicit way (matmuls and a float32 softmax,
-models/invariant.py cross_attend_plain, what drafts use on CPU in bf16/fp16) against torch's fused
-kernel (scaled_dot_product_attention, what they used before), side by side in one run. JSON out.
+models/invariant.py cross_attend_explicit, what drafts use on CPUs without AMX in bf16/fp16) against
+torch's fused kernel (scaled_dot_product_attention, what they use on AMX and elsewhere), side by side
+in one run. JSON out (``default``: the side models/invariant.py cross_attend_plain picks here).
 
     python scripts/bench_draft_step.py [--steps 40] [--repeat 5] [--out bench.json]
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from specscribe.models import whisper
     from specscribe.models.draft import draft_token
     from specscribe.models.engines import EngineOptions
-    from specscribe.models.invariant import attend
+    from specscribe.models.invariant import attend, cross_attend_explicit, few_row_attention_is_slow
     from specscribe.models.registry import resolve_model
     from specscribe.models.spec_engine import SpecEngine
     from specscribe.models.types import DecodeRequest
@@ -46,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     prompt, rules, draft = engine.prompt(request, "en"), engine.rules(request), engine.draft
     prefix = 40
     steps = min(args.steps, len(tokens) - prefix - 1)
-    explicit = whisper.cross_attend_plain
-    sides = {"explicit": explicit, "fused": lambda q, k, v: attend(q, k, v, None)}
+    plain = whisper.cross_attend_plain
+    sides = {"explicit": cross_attend_explicit, "fused": lambda q, k, v: attend(q, k, v, None)}
 
     def draft_steps() -> float:
         """ms per draft step over `steps` one-token steps after the prefix."""
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 times[label].append(draft_steps())
             print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in times.items()), file=sys.stderr)
     finally:
-        whisper.cross_attend_plain = explicit
+        whisper.cross_attend_plain = plain
     medians = {label: round(statistics.median(v), 3) for label, v in times.items()}
     report = {
         "draft": "shipped (models/drafts/base-draft.safetensors)", "feature_draft": draft.is_feature,
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "ms_per_step": {label: [round(x, 3) for x in v] for label, v in times.items()},
         "median_ms": medians,
         "fused_over_explicit": round(medians["fused"] / medians["explicit"], 3),
+        "default": "explicit" if few_row_attention_is_slow() else "fused",
         "draft_over_target": {side: round(medians[side] / medians["target"], 3) for side in sides},
         "machine": machine_info(engine.compute_type, since),
     }

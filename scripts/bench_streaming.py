@@ -72,6 +72,7 @@ class Config:
     update_interval: float | None = None  # None: --update-interval
     language: str | None = "en"  # None: detected (pipeline/language.py)
     query_block: int = 0  # attention query rows per call of a target pass (0: the engine's default)
+    pass_rows: int = 0  # rows per block of a target pass (0: the engine's default)
     draft_policy: str = "measured"  # with draft auto: measured (the bandit) or fixed (models/draft_policy.py)
     plain_encoder: bool = False  # the encoder unpacked (F.linear, then F.gelu), as before models/compute.py pack_encoder
 
@@ -93,6 +94,7 @@ CONFIGS = {
     "spec-u03": Config(update_interval=0.3),
     "spec-u02": Config(update_interval=0.2),
     "spec-qb1": Config(query_block=1),  # every attention row its own call (the engine before query blocks)
+    "spec-shape8x4": Config(pass_rows=8, query_block=4),  # AVX512-BF16's pass shape (AMX's before 2026-12-04)
     "spec-plainenc": Config(plain_encoder=True),  # the encoder without prepacked linears and fused GELU
     "ct2": Config(engine="ct2", draft="none"),
     "ct2+translate": Config(engine="ct2", draft="none", translate=True),
@@ -280,7 +282,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
     truths: {clip: human or script transcript}; those clips also get the WER of the streamed and the batch
     text against it, and their difference (the issue's goal: streaming within 2 points of batch)."""
     c = CONFIGS[config]
-    tr = engine(c.engine, c.draft, c.query_block, c.draft_policy, c.plain_encoder)
+    tr = engine(c.engine, c.draft, c.query_block, c.draft_policy, c.plain_encoder, c.pass_rows)
     options = StreamOptions(
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
@@ -368,14 +370,15 @@ def main(argv=None) -> int:
     truths = clip_truths(args.clips.split(","))
     load_start = os.getloadavg()[0]
 
-    engines: dict[tuple[str, str, int, str, bool], object] = {}
+    engines: dict[tuple[str, str, int, int, str, bool], object] = {}
 
-    def engine(name: str, draft: str, query_block: int = 0, policy: str = "measured", plain_encoder: bool = False):
-        key = (name, draft, query_block, policy, plain_encoder)
+    def engine(name: str, draft: str, query_block: int = 0, policy: str = "measured", plain_encoder: bool = False,
+               pass_rows: int = 0):
+        key = (name, draft, query_block, pass_rows, policy, plain_encoder)
         if key not in engines:
             engines[key] = load_transcriber(EngineOptions(
                 engine=name, model=args.model, draft=draft, threads=args.threads, query_block=query_block,
-                draft_policy=policy))
+                pass_rows=pass_rows, draft_policy=policy))
             if plain_encoder:  # a copy of a packed encoder is the plain one (PackedLinear / PackedMLP.__deepcopy__)
                 engines[key].model.encoder = copy.deepcopy(engines[key].model.encoder)
         return engines[key]

@@ -25,11 +25,29 @@ def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--devic
                    help="with --draft auto: measured picks each decode's drafter (previous hypothesis, draft "
                    "decoder, n-gram or none) by measured speed; fixed by a fixed rule (default: %(default)s)")
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: library default)")
+    g.add_argument("--pass-rows", type=_pass_rows, default=0, metavar="N",
+                   help="spec engine: rows per block of a target pass (0: by CPU and compute type; docs/ARCHITECTURE.md)")
+    g.add_argument("--query-block", type=_query_block, default=0, metavar="N", help="spec engine: attention query "
+                   "rows per call of a target pass, 1-64 dividing 64 (0: by CPU and compute type)")
     g.add_argument("--adapt-draft", action="store_true",
                    help="keep training the draft on the target's own outputs in idle time (speed only: "
                    "the text never changes; docs/draft_model.md)")
     g.add_argument("--adapt-save", default=None, metavar="PATH",
                    help="with --adapt-draft: write each adapted draft that is swapped in here (load it with --draft-model)")
+
+
+def _pass_rows(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _query_block(text: str) -> int:
+    value = int(text)
+    if value < 0 or value > 64 or (value and 64 % value):  # PassShape: it divides the key block (64)
+        raise argparse.ArgumentTypeError("must be 0 or a divisor of 64 (1, 2, 4 ... 64)")
+    return value
 
 
 def engine_options(args: argparse.Namespace):
@@ -39,7 +57,7 @@ def engine_options(args: argparse.Namespace):
     return EngineOptions(
         engine=args.engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
         draft=args.draft, draft_model=args.draft_model, draft_policy=args.draft_policy, threads=args.threads,
-        adapt_draft=args.adapt_draft, adapt_save=args.adapt_save,
+        pass_rows=args.pass_rows, query_block=args.query_block, adapt_draft=args.adapt_draft, adapt_save=args.adapt_save,
     )
 
 

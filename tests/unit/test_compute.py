@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specscribe.models.compute import cpu_has_fast_bf16, resolve_compute_type
+from specscribe.models.compute import cpu_has_fast_bf16, pass_rows_for, query_block_for, resolve_compute_type
 
 
 def test_auto_picks_by_cpu_flags():
@@ -25,6 +25,17 @@ def test_override_and_bad_values():
 
 def test_fast_bf16_flags():
     assert cpu_has_fast_bf16({"amx_bf16"}) and not cpu_has_fast_bf16({"avx2", "avx512f"})
+
+
+def test_the_pass_shape_follows_the_cpu():
+    amx, avx512_bf16 = {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, {"avx512f", "avx512_bf16"}
+    # AMX: 16-row tiles and a fast 1-row attention kernel (docs/benchmarks.md, benchmarks/xeon-amx)
+    assert (pass_rows_for("bfloat16", "cpu", amx), query_block_for("bfloat16", "cpu", amx)) == (16, 1)
+    # AVX512-BF16 alone: a 1-row bf16 query is slow, 4 rows cost less
+    assert (pass_rows_for("bfloat16", "cpu", avx512_bf16), query_block_for("bfloat16", "cpu", avx512_bf16)) == (8, 4)
+    for flags in (amx, avx512_bf16, {"avx2"}):
+        assert (pass_rows_for("float32", "cpu", flags), query_block_for("float32", "cpu", flags)) == (8, 1)
+    assert (pass_rows_for("float16", "cuda", amx), query_block_for("float16", "cuda", amx)) == (16, 1)
 
 
 def test_int8_quantizes_the_encoder_only():

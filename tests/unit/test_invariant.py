@@ -41,9 +41,9 @@ def _decoder(dtype: torch.dtype, rows: int = 8, packed: bool = True, query_block
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("companions", [1, 7, 31])
-@pytest.mark.parametrize("query_block", [1, 4])
-def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, query_block):
-    decoder, encs = _decoder(dtype, query_block=query_block)
+@pytest.mark.parametrize("rows, query_block", [(8, 1), (8, 4), (16, 1)])  # the shapes models/compute.py picks
+def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, rows, query_block):
+    decoder, encs = _decoder(dtype, rows=rows, query_block=query_block)
     rng = random.Random(companions)
     prompt, text = [1, 2, 3], [rng.randrange(DIMS.n_vocab) for _ in range(12)]
     alone = decoder.session(encs[0])
@@ -166,18 +166,36 @@ def test_pack_decoder_swaps_the_pass_linears_only():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("rows", [1, 3, 8, 12])
-def test_a_drafts_cross_attention_matches_the_fused_kernel(dtype, rows):
-    """Plain passes (a draft's steps) attend the explicit way on CPU in bf16 for a few rows: the
-    same attention as torch's fused kernel, up to rounding."""
-    from specscribe.models.invariant import cross_attend_plain
+def test_a_drafts_explicit_cross_attention_matches_the_fused_kernel(dtype, rows):
+    """Plain passes (a draft's steps) attend the explicit way on CPUs without AMX in bf16 for a few
+    rows: the same attention as torch's fused kernel, up to rounding."""
+    from specscribe.models.invariant import cross_attend_explicit
 
-    g = torch.Generator().manual_seed(rows)
-    q = torch.randn(rows, 4, 16, generator=g).to(dtype)  # (T, H, Dh)
-    keys, values = (torch.randn(1, 4, 300, 16, generator=g).to(dtype) for _ in range(2))  # (1, H, S, Dh)
-    got, want = cross_attend_plain(q, keys, values), attend(q, keys, values, None)
+    q, keys, values = _cross_inputs(dtype, rows)
+    got, want = cross_attend_explicit(q, keys, values), attend(q, keys, values, None)
     assert got.shape == want.shape == (rows, 4, 16) and got.dtype == dtype
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     assert torch.allclose(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("slow", [True, False])
+def test_a_drafts_cross_attention_takes_the_explicit_way_only_where_the_fused_kernel_is_slow(monkeypatch, slow):
+    from specscribe.models import invariant
+
+    monkeypatch.setattr(invariant, "few_row_attention_is_slow", lambda: slow)  # AMX: False
+    for dtype, rows, explicit in ((torch.bfloat16, 1, slow), (torch.bfloat16, 8, slow), (torch.bfloat16, 9, False),
+                                  (torch.float32, 1, False)):
+        q, keys, values = _cross_inputs(dtype, rows)
+        want = (invariant.cross_attend_explicit if explicit else lambda *a: attend(*a, None))(q, keys, values)
+        assert torch.equal(invariant.cross_attend_plain(q, keys, values), want), (dtype, rows)
+
+
+def _cross_inputs(dtype: torch.dtype, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q (T, H, Dh) and keys, values (1, H, S, Dh), seeded by rows."""
+    g = torch.Generator().manual_seed(rows)
+    q = torch.randn(rows, 4, 16, generator=g).to(dtype)
+    keys, values = (torch.randn(1, 4, 300, 16, generator=g).to(dtype) for _ in range(2))
+    return q, keys, values
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
