@@ -121,9 +121,9 @@ def pass_rows_for(compute_type: str, device: str, flags: set[str] | None = None)
       sequences and 49 ms for 16 (blocks of 16: 17, 29, 45 ms; of 4: 11, 36, 61 ms); float32 blocks
       of 8: 16, 36, 72 ms. 8 keeps a lone decode (streaming, one short file) cheap and costs a batch
       of 16 no more per token than blocks of 16 do.
-    - 2-core Xeon with AMX, bf16 (query block 1): blocks of 16 cost 7.5 ms for one row, 30 ms for 16
-      sequences, 31 ms for 33 rows of one; blocks of 8: 7.3, 34, 37 ms
-      (benchmarks/xeon-amx/bench_engines_pass_shapes.json). AMX multiplies 16-row tiles.
+    - 2-core Xeon with AMX, bf16 (query block 1): blocks of 16 cost 7.7 ms for one row, 32 ms for 16
+      sequences, 32 ms for 33 rows of one; blocks of 8: 7.1, 34, 37 ms; of 32: 9.3, 32, 30 ms
+      (benchmarks/xeon-amx/bench_engines_pass_shapes.json).
     CUDA: untested here, 16.
     """
     if device == "cuda":
@@ -142,9 +142,10 @@ def query_block_for(compute_type: str, device: str, flags: set[str] | None = Non
       (0.33-0.53 ms cross, 19-60 us self) and slower in blocks. So bf16 attends in blocks of 4
       (cheaper even for a lone row), float32 row by row; docs/benchmarks.md ("Attention in query
       blocks").
-    - 2-core Xeon with AMX, bf16: over 1500 encoder keys, 0.18 ms for 1 row, 0.32 ms for 4, 0.37 ms
-      for 16. Row by row, a pass of 16 sequences costs 30 ms against 49 ms in blocks of 4 (rows of
-      16 both), and a 33-row verify pass the same (31 against 32 ms): 1.
+    - 2-core Xeon with AMX, bf16: over 1500 encoder keys (out of cache), 0.18 ms for 1 row, 0.32 ms
+      for 4, 0.37 ms for 16. A pass of 16 sequences costs 32 ms row by row (16-row blocks) against
+      49 ms in query blocks of 4 (8-row blocks), a 33-row verify pass 32 ms both
+      (benchmarks/xeon-amx/bench_engines_pass_shapes.json): 1.
     CUDA: untested, 1.
     """
     if device == "cuda" or compute_type != "bfloat16" or cpu_has_amx(flags):

@@ -167,8 +167,8 @@ def cross_attend_plain(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     values (1, H, S, Dh) -> (T, H, Dh). On CPUs without AMX in bf16/fp16, torch's fused attention for a
     query of a few rows is slow (about 1 ms for 1 row over 1500 keys, against 0.33 ms for two matmuls
     and a float32 softmax, 2-core EPYC): those go the explicit way (``cross_attend_explicit``). On AMX
-    the fused kernel is the faster one (a shipped draft's step 2.24 against 2.59 ms, 2-core Xeon,
-    scripts/bench_draft_step.py); everything else takes it too."""
+    the fused kernel is the faster one (a shipped draft's step 2.19 against 2.51 ms, 2-core Xeon,
+    benchmarks/xeon-amx/bench_draft_step.json); everything else takes it too."""
     if q.device.type == "cpu" and q.dtype != torch.float32 and q.shape[0] <= 8 and few_row_attention_is_slow():
         return cross_attend_explicit(q, keys, values)
     return attend(q, keys, values, None)

@@ -7,9 +7,9 @@ Sides, interleaved in every repeat (warm, faster-whisper, then cold while --cold
 - faster-whisper: a script that imports faster_whisper, loads WhisperModel(base folder,
   device="cpu", compute_type="int8") and transcribes the clip (beam_size=1, vad_filter=True).
 The spec runs use a temporary SPECSCRIBE_HOME whose models/ links to the installed models, so the
-user's own weight cache is never touched. specscribe's own modules are byte-compiled first (``project_bytecode_compiled``), as an installed
-package's are. Each repeat also runs one in-process breakdown of the
-warm side (import torch, engine load and its weight part, VAD, first encode, decode). Besides
+user's own weight cache is never touched. specscribe's own modules are byte-compiled first
+(``project_bytecode_compiled``), as an installed package's are. Each repeat also runs one in-process
+breakdown of the warm side (import torch, engine load and its weight part, VAD, first encode, decode). Besides
 wall times, each run records its own CPU seconds and those the rest of the machine used meanwhile
 (others_cpu), to tell a slow run from a busy machine.
 
