@@ -30,7 +30,8 @@ BENCHES = [
         ["--repeat", "1", "--threads", "1", "--clips", "jfk", "--rows", "1,4", "--seqs", "1,2", "--batches", "1,2",
          "--compute-types", _auto_compute_type()],
     ),
-    ("bench_batch.py", ["--repeat", "1", "--no-physics", "--batch-sizes", "2", "--beam", "2"]),
+    ("bench_batch.py", ["--repeat", "1", "--no-physics", "--batch-sizes", "2", "--beam", "2",
+                        "--variant", "shape8x4=--pass-rows 8 --query-block 4"]),
     ("bench_startup.py", ["--repeat", "1", "--cold", "0"]),
     ("bench_speculative.py", ["--repeat", "1", "--clips", "jfk"]),
     ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec", "--repeat", "1"]),
@@ -75,7 +76,9 @@ def test_bench_script_runs_and_reports_its_machine(script, args, tmp_path_factor
 def test_bench_batch_sections(tmp_path_factory):
     script, args = next(b for b in BENCHES if b[0] == "bench_batch.py")
     report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
-    assert set(report["sides"]) == {"specscribe_b2", "fw_transcribe", "fw_batched", "specscribe_b2_beam2", "fw_transcribe_beam2"}
+    assert set(report["sides"]) == {"specscribe_b2", "fw_transcribe", "fw_batched", "specscribe_b2_beam2", "fw_transcribe_beam2",
+                                    "specscribe_b2_shape8x4"}
+    assert report["variants"] == {"specscribe_b2_shape8x4": ["--pass-rows", "8", "--query-block", "4"]}
     assert all(side["wall_s_median"] > 0 and side["wer_scored"] < 0.1 for side in report["sides"].values())
     assert report["beam"]["width"] == 2 and report["beam"]["speedup_over_fw_transcribe"] > 0
 
