@@ -25,8 +25,8 @@ def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--devic
                    help="with --draft auto: measured picks each decode's drafter (previous hypothesis, draft "
                    "decoder, n-gram or none) by measured speed; fixed by a fixed rule (default: %(default)s)")
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the model (0: library default)")
-    g.add_argument("--pass-rows", type=_pass_rows, default=0, metavar="N",
-                   help="spec engine: rows per block of a target pass (0: by CPU and compute type; docs/ARCHITECTURE.md)")
+    g.add_argument("--pass-rows", type=_pass_rows, default=0, metavar="N", help="spec engine: rows per block of a "
+                   "target pass (0: by CPU and compute type; docs/ARCHITECTURE.md)")
     g.add_argument("--query-block", type=_query_block, default=0, metavar="N", help="spec engine: attention query "
                    "rows per call of a target pass, 1-64 dividing 64 (0: by CPU and compute type)")
     g.add_argument("--adapt-draft", action="store_true",
@@ -57,7 +57,8 @@ def engine_options(args: argparse.Namespace):
     return EngineOptions(
         engine=args.engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
         draft=args.draft, draft_model=args.draft_model, draft_policy=args.draft_policy, threads=args.threads,
-        pass_rows=args.pass_rows, query_block=args.query_block, adapt_draft=args.adapt_draft, adapt_save=args.adapt_save,
+        pass_rows=args.pass_rows, query_block=args.query_block, adapt_draft=args.adapt_draft,
+        adapt_save=args.adapt_save,
     )
 
 

@@ -76,8 +76,8 @@ def test_bench_script_runs_and_reports_its_machine(script, args, tmp_path_factor
 def test_bench_batch_sections(tmp_path_factory):
     script, args = next(b for b in BENCHES if b[0] == "bench_batch.py")
     report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
-    assert set(report["sides"]) == {"specscribe_b2", "fw_transcribe", "fw_batched", "specscribe_b2_beam2", "fw_transcribe_beam2",
-                                    "specscribe_b2_shape8x4"}
+    assert set(report["sides"]) == {"specscribe_b2", "fw_transcribe", "fw_batched", "specscribe_b2_beam2",
+                                    "fw_transcribe_beam2", "specscribe_b2_shape8x4"}
     assert report["variants"] == {"specscribe_b2_shape8x4": ["--pass-rows", "8", "--query-block", "4"]}
     assert all(side["wall_s_median"] > 0 and side["wer_scored"] < 0.1 for side in report["sides"].values())
     assert report["beam"]["width"] == 2 and report["beam"]["speedup_over_fw_transcribe"] > 0
