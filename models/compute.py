@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from threadpoolctl import threadpool_limits
 from torch import nn
 
 COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32")
@@ -78,9 +79,17 @@ def resolve_compute_type(requested: str, device: str, flags: set[str] | None = N
 
 
 def set_threads(threads: int) -> None:
-    """Set torch's intra-op threads when threads > 0 (0 keeps the library default)."""
+    """Give the cores to the model: torch's intra-op threads when threads > 0 (0 keeps the library
+    default), and always one thread to numpy's BLAS (OpenBLAS).
+
+    numpy's BLAS runs only small products here (the mel filter bank of every encode), but after each
+    call OpenBLAS's worker threads spin for a while, on the cores that torch's threads need next: on a
+    2-core Xeon, an encode of a 7 s window right after its features took 110 ms instead of 19 ms
+    (docs/benchmarks.md, "numpy's BLAS threads"). Process-wide, as thread pools are.
+    """
     if threads > 0:
         torch.set_num_threads(threads)
+    threadpool_limits(1, user_api="blas")
 
 
 def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module:

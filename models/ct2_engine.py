@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from specscribe.models.engines import EngineOptions, SequentialDecodeLoop
 from specscribe.models.errors import ModelError
@@ -82,6 +83,7 @@ class Ct2Engine:
             )
         except (RuntimeError, ValueError, OSError) as exc:
             raise ModelError(f"cannot load {folder} with faster-whisper ({exc})") from None
+        threadpool_limits(1, user_api="blas")  # numpy's spinning BLAS threads slow CTranslate2's (compute.set_threads)
         self._ct2 = self._fw.model
         self.model_name = str(options.model)
         self.is_multilingual = bool(self._ct2.is_multilingual)

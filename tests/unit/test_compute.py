@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specscribe.models.compute import cpu_has_fast_bf16, pass_rows_for, query_block_for, resolve_compute_type
+from specscribe.models.compute import cpu_has_fast_bf16, pass_rows_for, query_block_for, resolve_compute_type, set_threads
 
 
 def test_auto_picks_by_cpu_flags():
@@ -52,3 +52,14 @@ def test_int8_quantizes_the_encoder_only():
         model = prepare_model(WhisperModel(dims).eval(), compute_type, "cpu")
         assert not any(type(m) is nn.Linear for m in model.encoder.modules())  # quantized
         assert all(p.dtype == torch.float32 for p in model.decoder.parameters())  # a row-independent decoder
+
+
+def test_set_threads_keeps_numpy_blas_to_one_thread():
+    """numpy's OpenBLAS workers spin after each call, on the cores torch needs next (set_threads)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    with threadpool_limits(2, user_api="blas"):  # as numpy starts on a 2-core machine; restored after
+        assert any(p["num_threads"] == 2 for p in threadpool_info() if p["user_api"] == "blas")
+        set_threads(0)
+        blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+        assert blas and all(p["num_threads"] == 1 for p in blas)
