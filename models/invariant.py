@@ -26,7 +26,8 @@ own sequence:
     holds its position, over a cache length set by that block (``PassShape.key_length``, masked
     beyond the row): its slot, keys and mask depend on its position alone.
   - Cross-attention (``attend_blocks``) reads the same encoder keys for every row, so a
-    sequence's rows go through in consecutive blocks.
+    sequence's rows go through in consecutive blocks, after its prompt group in one call, as in
+    self-attention (with 1-row blocks, a 50-token prompt would otherwise take 50 calls a layer).
 
 Elementwise work (embedding sums, residual adds) is exact per element and needs nothing.
 """
@@ -153,8 +154,13 @@ def attend_blocks(
     keys: torch.Tensor,  # (1, H, S, Dh): every row reads all of them (cross-attention)
     values: torch.Tensor,  # (1, H, S, Dh)
     block: int,  # query rows per call
+    group: int = 0,  # leading rows attended together in one call (the prompt, as in ``attend``)
 ) -> torch.Tensor:  # (T, H, Dh)
-    """Attention without a mask, in calls of exactly `block` query rows (the last zero-padded)."""
+    """Attention without a mask: rows [0, group) in one call, the others in calls of exactly `block`
+    query rows (the last zero-padded)."""
+    if group:
+        head = attend(q[:group], keys, values, None)  # (group, H, Dh)
+        return head if group == q.shape[0] else torch.cat([head, attend_blocks(q[group:], keys, values, block)])
     t = q.shape[0]
     padded = RowBlocks(block, t).pad(q).transpose(0, 1)[None]  # (1, H, T_pad, Dh)
     out = torch.cat([F.scaled_dot_product_attention(padded[:, :, i : i + block], keys, values)

@@ -97,7 +97,7 @@ class DecoderLayer(nn.Module):
                 out = (torch.softmax(scores.float(), dim=-1).to(q.dtype) @ cv[0]).transpose(0, 1)  # (T, H, Dh)
                 all_scores.append(scores.float())
             elif invariant:
-                out = attend_blocks(qh, ck, cv, shape.query_block)
+                out = attend_blocks(qh, ck, cv, shape.query_block, s.group)
             else:
                 out = cross_attend_plain(qh, ck, cv)
             a[rows] = out.reshape(s.n, d)

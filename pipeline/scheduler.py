@@ -20,6 +20,9 @@ loop): start jobs, one decode step, resume the programs whose decode finished, a
   (translation, REST upload) that has waited ``background_wait`` seconds ranks as an UPDATE.
 - Load: the turnaround of caption jobs (submitted to done) feeds pipeline/load.py's lag; sessions
   read ``load``.
+- Withdrawal: a session takes back an update that has not started once newer audio waits behind
+  it (``withdraw``; web/listen.py): that audio may end the utterance, and its final must not queue
+  behind a stale update. Under load, partials thus go to the sessions whose updates start quickly.
 - Idle work: with ``--adapt-draft`` (models/adapt.py) the engine's draft adapter runs one short
   unit of training at a time, and only while no job runs or waits; a job that arrives meanwhile
   waits for that unit at most (AdaptStats.longest_unit_ms).
@@ -47,6 +50,14 @@ from specscribe.pipeline.memory import release_free_memory
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Program = Generator[DecodeCall, Any, T]
+
+
+class _Withdrawn:
+    def __repr__(self) -> str:
+        return "WITHDRAWN"
+
+
+WITHDRAWN = _Withdrawn()  # what ``run`` returns for a job taken back by ``withdraw`` before it started
 
 
 class Priority(enum.IntEnum):
@@ -158,6 +169,19 @@ class ModelScheduler:
     def model_seconds(self, session_id: str) -> float:
         """Model time spent on a session's jobs so far (its own work plus its share of passes)."""
         return self._model_s.get(session_id, 0.0)
+
+    def withdraw(self, session_id: str, priority: Priority = Priority.UPDATE) -> int:
+        """Take back a session's jobs of this priority that have not started: their ``run`` returns
+        WITHDRAWN at once, and the model never spends a moment on them. Running jobs are left alone.
+        Returns how many were taken back."""
+        with self._cond:
+            jobs = self._waiting.pop((session_id, Priority(priority)), ())
+        now = self._clock()
+        for job in jobs:
+            if job.priority < Priority.BACKGROUND:
+                self._meter.observe(now - job.submitted)  # waited this long and never ran: load all the same
+            _settle(job, value=WITHDRAWN)
+        return len(jobs)
 
     def forget(self, session_id: str) -> None:
         """Drop a closed session: its waiting jobs are cancelled, its running decodes stopped."""

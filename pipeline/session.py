@@ -32,7 +32,7 @@ from specscribe.pipeline.language import LanguageOptions, LanguageTracker
 from specscribe.pipeline.lines import CaptionLine, LineBreaker
 from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
-from specscribe.pipeline.scheduler import ModelScheduler, Priority
+from specscribe.pipeline.scheduler import WITHDRAWN, ModelScheduler, Priority
 from specscribe.pipeline.stream_jobs import Hypothesis, max_tokens_for, transcribe_job
 from specscribe.pipeline.translations import Translations
 from specscribe.pipeline.types import CaptionEvent, StreamOptions
@@ -108,6 +108,12 @@ class StreamSession:
             self._pending.append(np.nan_to_num(x, copy=False, nan=0.0, posinf=1.0, neginf=-1.0))
             self._pending_n += x.size
 
+    def withdraw_update(self) -> bool:
+        """Take back this stream's update if it has not started (pipeline/scheduler.py withdraw): call it when
+        newer audio waits to be processed. That audio may end the utterance, and its final should not wait
+        behind a stale update; otherwise the next update comes when due. True if one was taken back."""
+        return self.scheduler.withdraw(self.session_id, Priority.UPDATE) > 0
+
     @property
     def pending_seconds(self) -> float:
         return self._pending_n / SAMPLE_RATE
@@ -150,6 +156,7 @@ class StreamSession:
             compute_s=round(compute_s, 3),
             rtf=round(compute_s / audio_s, 4) if audio_s else 0.0,
             updates=self._counts["updates"],
+            withdrawn=self._counts["withdrawn"],
             translations=self._counts["translations"],
             rejected=self._counts["rejected"],
             finals=self._final_id,
@@ -316,6 +323,9 @@ class StreamSession:
                                  self.options.encoder_pad, detect, self.options.languages)
             priority = Priority.FINAL if final else Priority.UPDATE
             hyp = await self.scheduler.run(self.session_id, job, priority)
+            if hyp is WITHDRAWN:  # an update taken back before it ran (withdraw_update): no news
+                self._counts["withdrawn"] += 1
+                return []
             self._decoded_to = end
             self._account(hyp.stats, "updates")
             if hyp.rejected:

@@ -35,6 +35,7 @@ class CaptionSession(Protocol):
     def insert_audio(self, samples: np.ndarray) -> None: ...
     async def process(self) -> list[CaptionEvent]: ...
     async def finish(self) -> list[CaptionEvent]: ...
+    def withdraw_update(self) -> bool: ...
 
 
 SessionFactory = Callable[[ModelScheduler, StreamOptions, str], CaptionSession]
@@ -235,6 +236,10 @@ class Connection:
         if chunk.size:
             self._backlog += chunk.size / 16_000
             self._inbox.put_nowait(chunk)
+            if self._session is not None and self._backlog >= self._options.min_silence:
+                # enough audio waits behind the session's model job to hold the utterance's end: an update
+                # still queued is stale, and the final must not wait behind it (pipeline/scheduler.py)
+                self._session.withdraw_update()
         if self._backlog + self._session_pending() > self.limits.max_backlog_seconds:  # the model cannot keep up
             log.warning("session %s: %.1f s of audio waiting; the server is overloaded", self.session_id, self._backlog)
             self._emit(P.error_message(P.ErrorCode.OVERLOADED, f"the server is {self._backlog:.0f} s behind this stream "

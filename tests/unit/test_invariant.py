@@ -143,6 +143,19 @@ def test_attend_blocks_gives_a_row_the_same_bits_at_every_place_in_its_block(dty
     torch.testing.assert_close(want, close, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attend_blocks_takes_a_prompt_group_in_one_call(dtype):
+    """The prompt's rows are one call (as a prefill always makes them); the rows after it keep their block bits."""
+    torch.manual_seed(3)
+    k, v = torch.randn(1, 8, 300, 64, dtype=dtype), torch.randn(1, 8, 300, 64, dtype=dtype)
+    prompt, drafts = torch.randn(11, 8, 64, dtype=dtype), torch.randn(5, 8, 64, dtype=dtype)
+    got = attend_blocks(torch.cat([prompt, drafts]), k, v, 1, group=11)
+    one_call = F.scaled_dot_product_attention(prompt.transpose(0, 1)[None], k, v)[0].transpose(0, 1)
+    assert torch.equal(got[:11], one_call)
+    assert torch.equal(got[11:], attend_blocks(drafts, k, v, 1))
+    assert torch.equal(attend_blocks(prompt, k, v, 1, group=11), one_call)
+
+
 def test_packed_linear_matches_linear_keeps_the_tie_and_trains():
     torch.manual_seed(0)
     linear = nn.Linear(32, 48)

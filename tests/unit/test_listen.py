@@ -254,6 +254,32 @@ def test_a_stream_the_model_cannot_keep_up_with_is_closed_as_overloaded():
         _assert_released(srv)
 
 
+def test_a_waiting_update_is_withdrawn_once_newer_audio_piles_up_behind_it():
+    """More than min_silence of audio waiting behind a session's model job may hold its utterance's end: the
+    connection asks the session to take back an update that has not started (pipeline/scheduler.py withdraw)."""
+    with start(delay=0.05) as srv:
+        before = FakeSession.withdrawals
+        audio = np.concatenate([utterance([lv % 9 + 1] * 2, gap_s=0.1) for lv in range(10)])  # 5.5 s, sent at once
+        messages, code = run(session(srv.ws_url, [config(), *chunks(audio), json.dumps({"type": "close"})]))
+        assert code == 1000 and "final" in types(messages)
+        assert FakeSession.withdrawals > before
+
+    with start() as srv:  # a model that keeps up: 0.2 s frames at real-time pace never pile up
+        before = FakeSession.withdrawals
+
+        async def paced():
+            async with websockets.connect(srv.ws_url) as ws:
+                await ws.send(config())
+                for frame in chunks(utterance([3, 5], gap_s=0.4)):
+                    await ws.send(frame)
+                    await asyncio.sleep(0.2)
+                await ws.send(json.dumps({"type": "close"}))
+                return [json.loads(m) async for m in ws]
+
+        assert "final" in types(run(paced()))
+        assert FakeSession.withdrawals == before
+
+
 def test_client_that_never_reads_is_dropped_without_hurting_others():
     with start(limits=replace(LIMITS, max_outgoing=8, max_session_seconds=600), pad_partials=60_000) as srv:
         async def stuck():

@@ -10,7 +10,7 @@ import pytest
 from specscribe.models.types import DecodeRequest, EncodedAudio
 from specscribe.pipeline.lanes import DecodeCall
 from specscribe.pipeline.load import LagMeter, Load, LoadPolicy
-from specscribe.pipeline.scheduler import ModelScheduler, Priority, SchedulerOptions, run_alone
+from specscribe.pipeline.scheduler import WITHDRAWN, ModelScheduler, Priority, SchedulerOptions, run_alone
 
 
 class FakeLoop:
@@ -94,6 +94,36 @@ def test_decodes_of_many_sessions_share_steps():
     assert max(len(step) for step in engine.steps) == 4  # all four in one pass
     assert scheduler.steps < 4 * 6  # alone, they would need 24 steps
     assert scheduler.decodes == 4 and scheduler.jobs_done == 4
+
+
+def test_withdraw_takes_back_waiting_updates_only():
+    engine = FakeEngine()
+
+    async def main():
+        scheduler = ModelScheduler(engine, SchedulerOptions(width=1, load=LoadPolicy(smoothing=1.0)))
+        engine.gate.clear()
+        running = asyncio.create_task(scheduler.run("a", job("a-update", 1), Priority.UPDATE))
+        await asyncio.sleep(0.05)  # a-update holds the model thread at its encode: it has started
+        waiting = asyncio.create_task(scheduler.run("a", job("a-update2", 1), Priority.UPDATE))
+        final = asyncio.create_task(scheduler.run("a", job("a-final", 1), Priority.FINAL))
+        other = asyncio.create_task(scheduler.run("b", job("b-update", 1), Priority.UPDATE))
+        await asyncio.sleep(0.05)
+        taken = scheduler.withdraw("a", Priority.UPDATE)
+        withdrawn = await waiting  # returns at once, the model thread still held
+        lag = scheduler.load.lag_s
+        again = scheduler.withdraw("a", Priority.UPDATE)  # nothing left to take
+        engine.gate.set()
+        results = await asyncio.gather(running, final, other)
+        await scheduler.close()
+        return taken, withdrawn, lag, again, results
+
+    taken, withdrawn, lag, again, results = run(main())
+    assert taken == 1 and again == 0
+    assert withdrawn is WITHDRAWN
+    assert lag > 0  # its wait counts as load
+    assert results == ["decoded a-update", "decoded a-final", "decoded b-update"]
+    assert "a-update2" not in engine.started  # the model never ran it
+    assert engine.started == ["a-update", "a-final", "b-update"]
 
 
 def test_priority_final_then_update_then_background_and_round_robin():

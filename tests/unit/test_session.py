@@ -16,7 +16,7 @@ import pytest
 from specscribe.models.types import Alternative, DecodeRequest, EncodedAudio, Segment, SpecStats, WindowResult, Word
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.load import Load
-from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.scheduler import WITHDRAWN, ModelScheduler, Priority
 from specscribe.pipeline.session import StreamSession
 from specscribe.pipeline.types import StreamOptions
 from specscribe.pipeline.vad import VadEvent
@@ -517,6 +517,37 @@ def test_english_translation_drafts_the_transcript(language, draft, drafted):
     expected = [tr.encode_text(" ".join(g)) if drafted else () for g in groups]
     assert [r.hypothesis_tokens for r in requests] == expected
     assert len([e for e in events if e.type == "translation"]) == 3
+
+
+class WithdrawingScheduler(LoadedScheduler):
+    """Takes back every update before it runs, as a server does for a session that falls behind."""
+
+    async def run(self, session_id, fn, priority=Priority.UPDATE):
+        if priority == Priority.UPDATE:
+            return WITHDRAWN
+        return await super().run(session_id, fn, priority)
+
+
+def test_withdrawn_updates_lose_nothing():
+    """An update taken back before it ran gives no events; the utterance's final still commits every word."""
+    script = make_script(12)
+    intervals = [(0.4, 3.0), (3.6, 5.8)]
+    script = [w for w in script if any(a <= w[1] < b for a, b in intervals)]
+    audio = noise(7)
+
+    async def main():
+        tr = FakeTranscriber(audio, script)
+        scheduler = WithdrawingScheduler(tr)
+        session = StreamSession(scheduler, StreamOptions(language="en"), "s", vad=ScriptedVad(intervals))
+        events = await stream(session, audio)
+        await scheduler.close()
+        return events, tr
+
+    events, tr = asyncio.run(main())
+    assert finals_text(events) == [w for w, _, _ in script]
+    assert not [e for e in events if e.type == "partial" and e.text]
+    stats = events[-1].stats
+    assert stats["withdrawn"] >= 4 and stats["updates"] == tr.decode_calls == 2  # one decode per utterance
 
 
 def test_stats_event_and_pending_seconds():

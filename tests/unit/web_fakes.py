@@ -78,6 +78,12 @@ class FakeSession:
     def pending_seconds(self) -> float:
         return sum(p.size for p in self._pending) / RATE
 
+    withdrawals = 0  # withdraw_update calls, all instances
+
+    def withdraw_update(self) -> bool:
+        FakeSession.withdrawals += 1
+        return False  # its model jobs are finals only
+
     def _ev(self, type_: str, **kw) -> CaptionEvent:
         return CaptionEvent(type=type_, emitted_at=self._loop.time() - self._t0, **kw)
 
