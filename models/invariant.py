@@ -16,7 +16,8 @@ tests/integration/test_row_invariance.py on the real model).
 So every kernel call in the target's decoder has a shape that depends on nothing but the row's
 own sequence:
 - row-wise work (LayerNorm, linears, GELU, output head) runs on blocks of exactly
-  ``PassShape.rows`` rows, zero-padded (``RowBlocks``);
+  ``PassShape.rows`` rows, zero-padded (``RowBlocks``), except a prompt: one call of its own rows,
+  as it is always prefilled (below);
 - attention runs per sequence over its own keys, in calls of exactly ``PassShape.query_block``
   query rows, zero-padded: within one query length a row gets the same bits at every place of
   the call and whatever the other rows hold, as for the linears.
@@ -35,8 +36,9 @@ Elementwise work (embedding sums, residual adds) is exact per element and needs 
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -76,15 +78,25 @@ class PassShape:
 class RowBlocks:
     """Applies row-wise functions in blocks of a fixed number of rows (0: in one call, as is).
 
+    Leading ``groups`` (prompts) go through in one call each, of exactly their own rows: a prompt is
+    always prefilled as that same group (``attend``), so its bits depend on nothing else in the pass,
+    and one call streams the weights once where blocks of ``size`` would stream them once a block
+    (a 36-row prompt: 3 blocks). The other rows follow in blocks of ``size``, zero-padded.
+
     Attributes:
         size: rows per block (0 = no blocking: the fast, shape-dependent path of draft decoders).
         rows: real rows of the pass.
-        padded: rows after padding (a multiple of size).
+        groups: lengths of the leading one-call groups (none without blocking).
+        padded: rows after padding (the groups, then a multiple of size).
     """
 
-    def __init__(self, size: int, rows: int):
+    def __init__(self, size: int, rows: int, groups: Sequence[int] = ()):
         self.size, self.rows = size, rows
-        self.padded = -(-rows // size) * size if size else rows
+        self.groups = tuple(g for g in groups if g > 0) if size else ()
+        lead = sum(self.groups)
+        if lead > rows:
+            raise ValueError(f"groups of {lead} rows in a pass of {rows}")
+        self.padded = lead + -(-(rows - lead) // size) * size if size else rows
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         """(rows, d) -> (padded, d), zero rows appended."""
@@ -93,10 +105,13 @@ class RowBlocks:
         return torch.cat([x, x.new_zeros(self.padded - x.shape[0], *x.shape[1:])])
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """fn over x (padded, d_in) block by block -> (padded, d_out)."""
-        if not self.size or x.shape[0] == self.size:
+        """fn over x (padded, d_in) group by group, then block by block -> (padded, d_out)."""
+        if not self.size or (x.shape[0] == self.size and not self.groups):
             return fn(x)
-        return torch.cat([fn(x[i : i + self.size]) for i in range(0, x.shape[0], self.size)])
+        bounds = list(itertools.accumulate(self.groups, initial=0))
+        calls = [(a, b) for a, b in zip(bounds, bounds[1:])] + [(i, i + self.size) for i in range(bounds[-1], x.shape[0], self.size)]
+        outs = [fn(x[a:b]) for a, b in calls]
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 def attend(

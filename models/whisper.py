@@ -80,7 +80,7 @@ class DecoderLayer(nn.Module):
         q, k, v = blocks.map(lambda b: self.qkv(self.attn_ln(b)), x).split(d, dim=-1)  # (R, d) each
         a = torch.zeros_like(x)  # (R, d); padding rows stay zero
         for s in seqs:
-            rows = slice(s.row0, s.row0 + s.n)
+            rows = s.rows
             keys, values = s.cache.write(index, k[rows].view(s.n, h, -1), v[rows].view(s.n, h, -1), full=invariant)
             out = attend(q[rows].view(s.n, h, -1), keys, values, s.mask, s.start, s.group, shape)
             a[rows] = out.reshape(s.n, d)
@@ -89,7 +89,7 @@ class DecoderLayer(nn.Module):
         q = blocks.map(lambda b: self.cross_q(self.cross_ln(b)), x)  # (R, d)
         all_scores = []
         for s in seqs:
-            rows = slice(s.row0, s.row0 + s.n)
+            rows = s.rows
             ck, cv = s.cross[index]  # (1, H, S, Dh)
             qh = q[rows].view(s.n, h, -1)  # (T, H, Dh)
             if want_scores:
@@ -179,34 +179,44 @@ class TextDecoder(nn.Module):
         a row's input is fuse(features, token embedding) + position, so every part must carry features.
         With a pass_shape, a part's outputs are bitwise the same whatever the other parts are.
         """
-        seqs, ids, positions, feats, row0 = [], [], [], [], 0
         shape = self.pass_shape
+        groups = []
         for part in parts:
-            session, n = part.session, len(part.tokens)
-            start = session.cache.length
+            n, start = len(part.tokens), part.session.cache.length
             if n == 0:
                 raise ValueError("a pass part needs at least one token")
             if start + n > self.n_ctx:
                 raise ValueError(f"decoder context full: {start + n} > {self.n_ctx} positions")
-            group = n if part.prompt_rows is None and start == 0 else min(part.prompt_rows or 0, n)
+            if self.fuse is not None and (part.features is None or part.features.shape[0] != n):
+                raise ValueError("a feature drafter's pass part needs one feature row per token")
+            groups.append(n if part.prompt_rows is None and start == 0 else min(part.prompt_rows or 0, n))
+        # Row order of the pass: with a pass shape, every prompt group first (each one call of its own,
+        # RowBlocks), then the other rows of every part; without one, each part's rows in turn.
+        lead = sum(groups) if shape is not None else 0
+        seqs, order, at_group, at_rest = [], [], 0, lead
+        for part, group in zip(parts, groups):
+            session, n = part.session, len(part.tokens)
+            start = session.cache.length
+            if shape is None:
+                rows = slice(at_rest, at_rest + n)
+                at_rest += n
+            else:
+                rows = _rows(at_group, group, at_rest, n - group)
+                at_group, at_rest = at_group + group, at_rest + n - group
             mask = None
             if shape is None and n > 1:  # row i attends to positions <= start + i (attend builds its own)
                 mask = causal_mask(start, n, start + n, session.positions.device)
-            seqs.append(_SeqRows(row0, n, start, session.cache, session.cross, mask, group))
-            ids += part.tokens
-            positions.append(session.positions[start : start + n])
-            if self.fuse is not None:
-                if part.features is None or part.features.shape[0] != n:
-                    raise ValueError("a feature drafter's pass part needs one feature row per token")
-                feats.append(part.features)
-            row0 += n
+            seqs.append(_SeqRows(rows, n, start, session.cache, session.cross, mask, group))
+            order += [(len(seqs) - 1, i) for i in range(group if shape is not None else 0)]
+        order += [(j, i) for j, (s, g) in enumerate(zip(seqs, groups)) for i in range(g if shape is not None else 0, s.n)]
+        ids = [parts[j].tokens[i] for j, i in order]
         device = self.positional_embedding.device
-        blocks = RowBlocks(shape.rows if shape is not None else 0, row0)
+        blocks = RowBlocks(shape.rows if shape is not None else 0, len(ids), groups)
         with torch.inference_mode():
-            pos = torch.cat(positions)  # (R,)
+            pos = torch.tensor([seqs[j].start + i for j, i in order], device=device)  # (R,)
             x = self.token_embedding(torch.tensor(ids, dtype=torch.long, device=device))  # (R, d)
             if self.fuse is not None:
-                f = torch.cat(feats).to(device=device, dtype=x.dtype)  # (R, d)
+                f = torch.cat([parts[j].features[i : i + 1] for j, i in order]).to(device=device, dtype=x.dtype)  # (R, d)
                 x = self.fuse(f, x.to(self.positional_embedding.dtype))
             x = x + self.positional_embedding[pos]
             x = blocks.pad(x.to(self.positional_embedding.dtype))  # (R_pad, d)
@@ -217,7 +227,7 @@ class TextDecoder(nn.Module):
                     scores[j].append(sc)
             for s in seqs:
                 s.cache.advance(s.n)
-            wanted = [torch.arange(s.row0 + p.logits_from, s.row0 + s.n, device=device) for s, p in zip(seqs, parts)]
+            wanted = [_row_index(s.rows, device)[p.logits_from :] for s, p in zip(seqs, parts)]
             index = torch.cat(wanted)  # (N,)
             if len(index):
                 heads = RowBlocks(blocks.size, len(index))
@@ -265,13 +275,27 @@ class PassOutput:
 class _SeqRows:
     """Where a sequence's rows sit in a pass, and what they attend to."""
 
-    row0: int
+    rows: slice | torch.Tensor  # its n rows in the pass, in order: a slice, or (n,) indices where its prompt group sits apart
     n: int
     start: int  # the position of the first row
     cache: KVCache
     cross: list  # per layer (K, V), each (1, H, S, Dh)
     mask: torch.Tensor | None  # (n, L) bool, the plain path's causal mask (None: invariant, or one row)
     group: int  # leading rows attended as one group
+
+
+def _rows(group_at: int, group: int, rest_at: int, rest: int) -> slice | torch.Tensor:
+    """A sequence's rows in a pass whose prompt groups come first: its group's, then its other rows."""
+    if not rest:
+        return slice(group_at, group_at + group)
+    if not group:
+        return slice(rest_at, rest_at + rest)
+    return torch.cat([torch.arange(group_at, group_at + group), torch.arange(rest_at, rest_at + rest)])
+
+
+def _row_index(rows: slice | torch.Tensor, device) -> torch.Tensor:
+    """(n,) row indices of a _SeqRows.rows."""
+    return torch.arange(rows.start, rows.stop, device=device) if isinstance(rows, slice) else rows.to(device)
 
 
 class DecoderSession:

@@ -42,10 +42,11 @@ def _decoder(dtype: torch.dtype, rows: int = 8, packed: bool = True, query_block
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("companions", [1, 7, 31])
 @pytest.mark.parametrize("rows, query_block", [(8, 1), (8, 4), (16, 1)])  # the shapes models/compute.py picks
-def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, rows, query_block):
+@pytest.mark.parametrize("prompt_len", [3, 21])  # a prompt within a block, and one over a block
+def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, rows, query_block, prompt_len):
     decoder, encs = _decoder(dtype, rows=rows, query_block=query_block)
     rng = random.Random(companions)
-    prompt, text = [1, 2, 3], [rng.randrange(DIMS.n_vocab) for _ in range(12)]
+    prompt, text = list(range(1, prompt_len + 1)), [rng.randrange(DIMS.n_vocab) for _ in range(12)]
     alone = decoder.session(encs[0])
     want = [alone.forward(prompt)[-1]] + [alone.forward([t])[-1] for t in text]  # one token per pass
     main = decoder.session(encs[0])
@@ -100,6 +101,12 @@ def test_row_blocks_pad_and_map():
     out = blocks.map(lambda b: seen.append(b.shape[0]) or b * 2, x)
     assert seen == [4, 4] and torch.equal(out, x * 2)
     assert RowBlocks(0, 5).pad(torch.ones(5, 2)).shape == (5, 2)
+    grouped = RowBlocks(4, 14, groups=(5, 0, 3))  # two prompts (one call each), then 6 rows in blocks of 4
+    assert grouped.padded == 16
+    seen.clear()
+    out = grouped.map(lambda b: seen.append(b.shape[0]) or b * 2, grouped.pad(torch.ones(14, 3)))
+    assert seen == [5, 3, 4, 4] and out.shape == (16, 3)
+    assert RowBlocks(0, 14, groups=(5,)).groups == ()  # no blocking, no groups
 
 
 @pytest.mark.parametrize("query_block", [1, 4])
