@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from specscribe.models.types import Word
-from specscribe.pipeline.policy import SENTENCE_END
+from specscribe.pipeline.policy import CLOSING_MARKS, ends_sentence
 
 if TYPE_CHECKING:  # pipeline/types.py imports LineOptions from here
     from specscribe.pipeline.types import CaptionEvent
 
 CLAUSE_END = (",", ";", ":", "—", "，", "、", "；", "：")
-CLOSING_MARKS = "\"'”’»)]」』"  # after a sentence's or clause's mark: `"Why?"` ends a sentence
 NO_SPACE_LANGUAGES = frozenset({"zh", "yue", "ja", "th", "lo", "my", "km", "bo"})  # written without spaces
 
 
@@ -109,7 +108,7 @@ class LineBreaker:
                 pieces.append(tuple(piece))
                 piece = []
             piece.append(word)
-            if _ends_with(word.text, SENTENCE_END):
+            if ends_sentence(word.text):
                 pieces.append(tuple(piece))
                 piece = []
         return pieces + ([tuple(piece)] if piece else [])
@@ -140,7 +139,7 @@ class LineBreaker:
         text = self._text(self._finals)
         limit = self._limit(first.language)
         room = max(2, limit // 8)  # no room left for a typical word (about 10 characters of 84)
-        if _ends_with(last.text, SENTENCE_END) or len(text) > limit - room:
+        if ends_sentence(last.text) or len(text) > limit - room:
             return True
         if _ends_with(last.text, CLAUSE_END) and len(text) >= min(o.clause_chars, limit // 2):
             return True

@@ -7,19 +7,27 @@ rises with the number of sessions times the cost of an update, whatever the mach
 would miss it: with shared passes a job starts at once and then runs slower). From the lag, a level:
 
     level  lag (default)   what changes
-    0      < 1.0 s         nothing: updates every update_interval, translations as sentences end
-    1      < 2.0 s         updates every 2 x update_interval; translations wait for an utterance end
-    2      < 3.5 s         updates every 4 x update_interval (partials for fewer sessions at a time);
+    0      < 0.5 s         nothing: updates every update_interval, translations as sentences end,
+                           unsure words held over a pause (StreamOptions.hold_unsure)
+    1      < 1.0 s         updates every 2 x update_interval; translations wait for an utterance end; a
+                           pause commits the unsure words at once
+    2      < 2.0 s         updates every 4 x update_interval (partials for fewer sessions at a time);
                            decodes drop the committed context kept before an utterance (keep_context)
-    3      >= 3.5 s        updates every 8 x update_interval, no kept context; new sessions are refused
+    3      >= 2.0 s        updates every 8 x update_interval, no kept context; new sessions are refused
                            with `busy`
+
+The lag is the larger of the smoothed turnaround and the wait of the oldest caption job still waiting,
+so a burst (many sessions starting at once) raises the level before its jobs come back. The
+thresholds are set for finals within about 2.5 s: an update alone takes 0.1-0.2 s on a 2-core
+AMX Xeon, so level 1 means several sessions' work queued ahead of each job.
 
 Dropping the kept context makes each decode cheaper (it re-encodes and re-decodes up to keep_context
 seconds of audio whose words are already final) at some accuracy on conversation, where a short turn
 is heard without the turns before it (docs/benchmarks.md).
 
-Finals are never dropped: an utterance's last decode runs at the highest priority at every level
-(pipeline/scheduler.py), and a session already streaming is never closed for load. Only a stream
+Finals are never dropped: an utterance's last decode runs at the highest priority at every level,
+and while one decodes no other job starts (pipeline/scheduler.py); a waiting update that newer audio
+has made stale is withdrawn (web/listen.py). A session already streaming is never closed for load. Only a stream
 that falls max_backlog_seconds behind (protocol Limits) is closed, as a last resort.
 """
 
@@ -34,7 +42,7 @@ class LoadPolicy:
     """Attributes: thresholds (lag seconds at which levels 1, 2 and 3 begin); smoothing (weight of
     the newest job's wait in the running lag)."""
 
-    thresholds: tuple[float, float, float] = (1.0, 2.0, 3.5)
+    thresholds: tuple[float, float, float] = (0.5, 1.0, 2.0)
     smoothing: float = 0.3
 
     def level(self, lag: float) -> int:
@@ -64,13 +72,19 @@ class Load:
         return self.level < 2
 
     @property
+    def hold_unsure(self) -> bool:
+        """At a pause, unsure words wait for the speech after it (StreamOptions.hold_unsure); under load
+        they are committed with the utterance: the next utterance's decode that would settle them comes late."""
+        return self.level == 0
+
+    @property
     def accepting(self) -> bool:
         """New sessions are admitted."""
         return self.level < 3
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "lag_s": round(self.lag_s, 3), "update_factor": self.update_factor,
-                "keep_context": self.keep_context}
+                "keep_context": self.keep_context, "hold_unsure": self.hold_unsure}
 
 
 class LagMeter:
@@ -88,5 +102,7 @@ class LagMeter:
     def reset(self) -> None:
         self.lag = 0.0
 
-    def load(self) -> Load:
-        return Load(self.policy.level(self.lag), self.lag)
+    def load(self, waiting_s: float = 0.0) -> Load:
+        """The load from the smoothed lag, or from waiting_s (the oldest waiting job's wait) if longer."""
+        lag = max(self.lag, waiting_s)
+        return Load(self.policy.level(lag), lag)

@@ -33,7 +33,27 @@ from typing import Protocol, Sequence
 from specscribe.models.types import Word
 
 SENTENCE_END = (".", "?", "!", "。", "？", "！")
+CLOSING_MARKS = "\"'”’»)]」』"  # after a sentence's or clause's mark: `"Why?"` ends a sentence
+# words Whisper writes with a period that do not end a sentence (compared as normalize_word gives them)
+ABBREVIATIONS = frozenset({
+    "mr", "mrs", "ms", "messrs", "mme", "mlle", "dr", "prof", "st", "mt", "jr", "sr", "sra", "srta", "gen", "col",
+    "capt", "lt", "sgt", "gov", "sen", "rep", "rev", "vs", "eg", "ie", "cf", "approx", "fig", "nr", "bzw", "zb", "usw",
+})
 _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
+
+
+def ends_sentence(text: str) -> bool:
+    """Whether a word (or a text, by its last word) ends a sentence: its last mark (before closing quotes or
+    brackets) is a SENTENCE_END, and it is not an abbreviation ("Mr.", "e.g.") or an initial ("J.") that
+    Whisper writes with a period."""
+    word = text.strip().rstrip(CLOSING_MARKS)
+    if not word.endswith(SENTENCE_END):
+        return False
+    if word.endswith("."):
+        core = normalize_word(word.split()[-1])
+        if core in ABBREVIATIONS or (len(core) == 1 and core.isalpha()):
+            return False
+    return True
 
 
 def normalize_word(text: str) -> str:
@@ -240,7 +260,7 @@ class LocalAgreement:
         for w in self._in_buffer:
             if w.end > limit:
                 break
-            if w.text.strip().endswith(SENTENCE_END) and w.end <= context_end:
+            if ends_sentence(w.text) and w.end <= context_end:
                 cut = w.end
         if cut is None and self.audio_end - self.buffer_start > min(self.options.trim_after, self.options.max_buffer):
             fits = [w.end for w in self._in_buffer if w.end <= limit]

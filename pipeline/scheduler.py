@@ -158,8 +158,15 @@ class ModelScheduler:
 
     @property
     def load(self) -> Load:
-        """The current load (pipeline/load.py); no lag while no job is waiting or running."""
-        return self._meter.load() if self._outstanding else Load()
+        """The current load (pipeline/load.py): the smoothed turnaround of caption jobs, or the wait of the
+        oldest caption job still waiting if that is longer (a burst of jobs shows at once, not only as
+        they finish); no lag while no job is waiting or running."""
+        if not self._outstanding:
+            return Load()
+        with self._cond:
+            oldest = min((q[0].submitted for q in self._waiting.values() if q[0].priority < Priority.BACKGROUND),
+                         default=None)
+        return self._meter.load(0.0 if oldest is None else self._clock() - oldest)
 
     @property
     def sessions_held(self) -> int:
@@ -231,7 +238,8 @@ class ModelScheduler:
                     break
                 if idle is None:
                     self._drop_forgotten(decodes, running)
-                    starts = self._pick(min(1, self.options.width - len(running)))
+                    finals = any(job.priority == Priority.FINAL for job in running.values())
+                    starts = self._pick(min(1, self.options.width - len(running)), finals_only=finals)
             if idle == "adapt":  # outside the lock; one short unit, then look for jobs again
                 self._adapt()
                 trimmed = False
@@ -293,15 +301,20 @@ class ModelScheduler:
         make = getattr(self.transcriber, "decode_loop", None)  # engines without one decode one by one
         return make() if make is not None else SequentialDecodeLoop(self.transcriber)
 
-    def _pick(self, room: int) -> list[_Job]:
-        """Take up to room waiting jobs, best priority first, sessions in turn (caller holds the lock)."""
+    def _pick(self, room: int, finals_only: bool = False) -> list[_Job]:
+        """Take up to room waiting jobs, best priority first, sessions in turn (caller holds the lock).
+        finals_only (a final's decode is running): other jobs wait, unless one has waited background_wait."""
         picked: list[_Job] = []
         now = self._clock()
         while len(picked) < room and self._waiting:
             best: tuple[str, Priority] | None = None
             for key, jobs in self._waiting.items():  # in turn order: first best wins
+                if finals_only and jobs[0].priority != Priority.FINAL and now - jobs[0].submitted < self.options.background_wait:
+                    continue
                 if best is None or self._rank(jobs[0], now) < self._rank(self._waiting[best][0], now):
                     best = key
+            if best is None:
+                break
             jobs = self._waiting[best]
             picked.append(jobs.popleft())
             del self._waiting[best]

@@ -363,7 +363,7 @@ class StreamSession:
 
     def _end(self, words, reset: bool):
         """An utterance's last hypothesis: all of it final at the stream's end, up to its unsure words at a pause."""
-        if reset or not self.options.hold_unsure:
+        if reset or not self.options.hold_unsure or not self.scheduler.load.hold_unsure:
             return self._policy.finish(words, reset)
         return self._policy.pause(words)
 

@@ -15,7 +15,7 @@ from typing import Callable
 
 from specscribe.models.types import DecodeRequest, SpecStats, Word
 from specscribe.pipeline.audio import SAMPLE_RATE
-from specscribe.pipeline.policy import SENTENCE_END
+from specscribe.pipeline.policy import ends_sentence
 from specscribe.pipeline.ring_buffer import RingBuffer
 from specscribe.pipeline.scheduler import ModelScheduler, Priority
 from specscribe.pipeline.stream_jobs import max_tokens_for, translate_job
@@ -55,7 +55,7 @@ class Translations:
         if not self._group:
             return
         first, last = self._group[0][1][0], self._group[-1][1][-1]
-        sentence_end = last.text.strip().endswith(SENTENCE_END) and self.scheduler.load.translate_early
+        sentence_end = ends_sentence(last.text) and self.scheduler.load.translate_early
         if not (force or sentence_end or last.end - first.start > TRANSLATE_MAX_SPAN):
             return
         group, self._group = self._group, []

@@ -120,3 +120,12 @@ def test_a_commit_is_cut_into_finals_after_sentence_ends_and_before_a_line_is_fu
     assert ["".join(w.text for w in p).strip() for p in pieces] == ["Ask not.", "What your country can do", "for you, ask"]
     assert b.split([], "en") == []
     assert [len(p) for p in b.split(_words("Supercalifragilisticexpialidocious-ly yes"), "en")] == [1, 1]
+
+
+def test_abbreviations_and_initials_do_not_end_a_sentence():
+    b = LineBreaker()
+    pieces = b.split(_words("And Mr. J. Dashwood met Dr. Smith, e.g. at St. Paul's. Then"), "en")
+    assert ["".join(w.text for w in p).strip() for p in pieces] == [
+        "And Mr. J. Dashwood met Dr. Smith, e.g. at St. Paul's.", "Then"]
+    f = Finals()
+    assert feed(LineBreaker(), [f("Ask Mr."), f("Smith.")]) == [(1, "Ask Mr. Smith.")]

@@ -213,7 +213,8 @@ def test_busy_when_the_model_is_at_its_limit_and_streaming_sessions_keep_their_f
                 assert json.loads(await first.recv())["type"] == "ready"
                 load[0] = Load(3, 4.0)
                 refused = await session(srv.ws_url, [])  # busy comes at once, before any config is read
-                assert health(srv)["load"] == {"level": 3, "lag_s": 4.0, "update_factor": 8, "keep_context": False}
+                assert health(srv)["load"] == {"level": 3, "lag_s": 4.0, "update_factor": 8, "keep_context": False,
+                                              "hold_unsure": False}
                 for frame in chunks(np.concatenate([utterance([2, 3]), utterance([5])])):
                     await first.send(frame)
                 await first.send('{"type":"close"}')

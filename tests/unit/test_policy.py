@@ -1,7 +1,7 @@
 """LocalAgreement-2 with scripted hypotheses: what gets committed, never rewritten, and trimming."""
 
 from specscribe.models.types import Word
-from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, normalize_word
+from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, ends_sentence, normalize_word
 
 
 def words(spec: str, start: float = 0.0, step: float = 0.5) -> list[Word]:
@@ -207,3 +207,10 @@ def test_finish_after_a_pause_commits_the_held_words():
     u = p.pause([Word(0.0, 0.4, " one"), Word(0.5, 0.9, " two", 0.2)])
     assert texts(u.committed) == ["one"]
     assert texts(p.finish(p.partial, reset=False).committed) == ["two"] and p.partial == ()
+
+
+def test_ends_sentence_knows_abbreviations_and_initials():
+    for text in (" fall.", " Why?", ' "Stop!"', " country.)", " etc.", " 1969.", " 終わり。"):
+        assert ends_sentence(text), text
+    for text in (" Mr.", " Mrs.", " Dr.", " e.g.", " i.e.", " J.", " vs.", " St.", " z.B.", " and", " you,", ""):
+        assert not ends_sentence(text), text

@@ -126,6 +126,53 @@ def test_withdraw_takes_back_waiting_updates_only():
     assert engine.started == ["a-update", "a-final", "b-update"]
 
 
+@pytest.mark.parametrize("background_wait", [10.0, 0.0])
+def test_while_a_final_decodes_other_jobs_wait(background_wait):
+    """Finals first: no update starts while a final's decode runs (each start would slow every running decode
+    by its encode), unless it has waited background_wait."""
+    engine = FakeEngine()
+
+    async def main():
+        scheduler = ModelScheduler(engine, SchedulerOptions(width=4, background_wait=background_wait))
+        engine.gate.clear()
+        tasks = [asyncio.create_task(scheduler.run("a", job("a-final", 6), Priority.FINAL))]
+        await asyncio.sleep(0.05)  # a-final holds the model thread at its encode
+        tasks += [asyncio.create_task(scheduler.run("b", job("b-update", 2), Priority.UPDATE)),
+                  asyncio.create_task(scheduler.run("c", job("c-final", 3), Priority.FINAL))]
+        await asyncio.sleep(0.05)
+        engine.gate.set()
+        await asyncio.gather(*tasks)
+        await scheduler.close()
+
+    run(main())
+    assert engine.started[:2] == ["a-final", "c-final"]
+    shared = any("b-update" in names and len(names) > 1 for names in engine.step_names)
+    assert shared == (background_wait == 0.0)  # waited its turn: it rode along with the finals
+
+
+def test_load_counts_the_oldest_waiting_job_before_any_finishes():
+    engine = FakeEngine()
+
+    async def main():
+        now = [0.0]
+        scheduler = ModelScheduler(engine, SchedulerOptions(width=1, load=LoadPolicy(thresholds=(0.5, 1.0, 2.0))),
+                                   clock=lambda: now[0])
+        engine.gate.clear()
+        first = asyncio.create_task(scheduler.run("a", job("a", 1)))
+        await asyncio.sleep(0.05)  # a holds the model thread; b waits behind it
+        second = asyncio.create_task(scheduler.run("b", job("b", 1)))
+        await asyncio.sleep(0.01)
+        now[0] = 1.5
+        during = scheduler.load
+        engine.gate.set()
+        await asyncio.gather(first, second)
+        await scheduler.close()
+        return during
+
+    during = run(main())
+    assert during.level == 2 and during.lag_s == pytest.approx(1.5)  # no job has finished yet
+
+
 def test_priority_final_then_update_then_background_and_round_robin():
     engine = FakeEngine()
 

@@ -314,7 +314,7 @@ def test_a_pause_commits_the_utterance_before_the_vad_ends_it():
         assert max(off + dur for off, dur in tr.windows) == pytest.approx(3.75)
 
 
-def _paused_session(second_start: float):
+def _paused_session(second_start: float, level: int = 0):
     """a0-a3 (1.0-2.7 s), a pause, b0-b3 from second_start; a window ending in the pause hears a3 as
     'x3', unsure; one that reaches past 3.6 s hears it right."""
     script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
@@ -323,8 +323,16 @@ def _paused_session(second_start: float):
     fake = FakeTranscriber(audio, script)
     fake.doubt = {"a3": ("x3", 3.6)}
     intervals = [(1.0, 2.7), (second_start, second_start + 1.7)]
-    events, _ = run_session(audio, script, StreamOptions(), intervals=intervals, fake=fake)
+    events, _ = run_session(audio, script, StreamOptions(), intervals=intervals, fake=fake, level=level)
     return events
+
+
+def test_under_load_a_pause_commits_the_unsure_words_at_once():
+    """From load level 1 the next utterance's decode, which would settle held words, comes late: no holding."""
+    events = _paused_session(second_start=3.4, level=1)
+    first_end = [e.type for e in events].index("speech_end")
+    assert finals_text(events[:first_end]) == ["a0", "a1", "a2", "x3"]
+    assert finals_text(events)[4:] == ["b0", "b1", "b2", "b3"]
 
 
 def test_a_short_pause_holds_unsure_words_for_the_speech_after_it():
