@@ -109,7 +109,8 @@ class RowBlocks:
         if not self.size or (x.shape[0] == self.size and not self.groups):
             return fn(x)
         bounds = list(itertools.accumulate(self.groups, initial=0))
-        calls = [(a, b) for a, b in zip(bounds, bounds[1:])] + [(i, i + self.size) for i in range(bounds[-1], x.shape[0], self.size)]
+        calls = list(zip(bounds, bounds[1:]))  # the groups, then the blocks
+        calls += [(i, i + self.size) for i in range(bounds[-1], x.shape[0], self.size)]
         outs = [fn(x[a:b]) for a, b in calls]
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 

@@ -180,7 +180,7 @@ class TextDecoder(nn.Module):
         With a pass_shape, a part's outputs are bitwise the same whatever the other parts are.
         """
         shape = self.pass_shape
-        groups = []
+        groups = []  # per part: leading rows that are its prompt, attended as one group
         for part in parts:
             n, start = len(part.tokens), part.session.cache.length
             if n == 0:
@@ -190,34 +190,30 @@ class TextDecoder(nn.Module):
             if self.fuse is not None and (part.features is None or part.features.shape[0] != n):
                 raise ValueError("a feature drafter's pass part needs one feature row per token")
             groups.append(n if part.prompt_rows is None and start == 0 else min(part.prompt_rows or 0, n))
-        # Row order of the pass: with a pass shape, every prompt group first (each one call of its own,
-        # RowBlocks), then the other rows of every part; without one, each part's rows in turn.
-        lead = sum(groups) if shape is not None else 0
-        seqs, order, at_group, at_rest = [], [], 0, lead
-        for part, group in zip(parts, groups):
+        # Row order: with a pass shape, every part's prompt group first (each one call of its own in the
+        # row-wise work, RowBlocks), then the other rows of every part; without one, each part in turn.
+        lead = groups if shape is not None else [0] * len(parts)
+        order = [(j, i) for j, g in enumerate(lead) for i in range(g)]  # (part, token) of each row
+        order += [(j, i) for j, (p, g) in enumerate(zip(parts, lead)) for i in range(g, len(p.tokens))]
+        seqs, at_group, at_rest = [], 0, sum(lead)
+        for part, group, g in zip(parts, groups, lead):
             session, n = part.session, len(part.tokens)
             start = session.cache.length
-            if shape is None:
-                rows = slice(at_rest, at_rest + n)
-                at_rest += n
-            else:
-                rows = _rows(at_group, group, at_rest, n - group)
-                at_group, at_rest = at_group + group, at_rest + n - group
             mask = None
             if shape is None and n > 1:  # row i attends to positions <= start + i (attend builds its own)
                 mask = causal_mask(start, n, start + n, session.positions.device)
+            rows = _rows(at_group, g, at_rest, n - g)
             seqs.append(_SeqRows(rows, n, start, session.cache, session.cross, mask, group))
-            order += [(len(seqs) - 1, i) for i in range(group if shape is not None else 0)]
-        order += [(j, i) for j, (s, g) in enumerate(zip(seqs, groups)) for i in range(g if shape is not None else 0, s.n)]
+            at_group, at_rest = at_group + g, at_rest + n - g
         ids = [parts[j].tokens[i] for j, i in order]
         device = self.positional_embedding.device
-        blocks = RowBlocks(shape.rows if shape is not None else 0, len(ids), groups)
+        blocks = RowBlocks(shape.rows if shape is not None else 0, len(ids), lead)
         with torch.inference_mode():
             pos = torch.tensor([seqs[j].start + i for j, i in order], device=device)  # (R,)
             x = self.token_embedding(torch.tensor(ids, dtype=torch.long, device=device))  # (R, d)
             if self.fuse is not None:
-                f = torch.cat([parts[j].features[i : i + 1] for j, i in order]).to(device=device, dtype=x.dtype)  # (R, d)
-                x = self.fuse(f, x.to(self.positional_embedding.dtype))
+                f = torch.cat([parts[j].features[i : i + 1] for j, i in order])  # (R, d)
+                x = self.fuse(f.to(device=device, dtype=x.dtype), x.to(self.positional_embedding.dtype))
             x = x + self.positional_embedding[pos]
             x = blocks.pad(x.to(self.positional_embedding.dtype))  # (R_pad, d)
             scores: list[list[torch.Tensor]] = [[] for _ in parts]
@@ -275,7 +271,7 @@ class PassOutput:
 class _SeqRows:
     """Where a sequence's rows sit in a pass, and what they attend to."""
 
-    rows: slice | torch.Tensor  # its n rows in the pass, in order: a slice, or (n,) indices where its prompt group sits apart
+    rows: slice | torch.Tensor  # its n rows in the pass, in order: a slice, or (n,) indices (prompt group apart)
     n: int
     start: int  # the position of the first row
     cache: KVCache

@@ -27,8 +27,8 @@ is heard without the turns before it (docs/benchmarks.md).
 
 Finals are never dropped: an utterance's last decode runs at the highest priority at every level,
 and while one decodes no other job starts (pipeline/scheduler.py); a waiting update that newer audio
-has made stale is withdrawn (web/listen.py). A session already streaming is never closed for load. Only a stream
-that falls max_backlog_seconds behind (protocol Limits) is closed, as a last resort.
+has made stale is withdrawn (web/listen.py). A session already streaming is never closed for load.
+Only a stream that falls max_backlog_seconds behind (protocol Limits) is closed, as a last resort.
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ class Load:
 
 
 class LagMeter:
-    """The smoothed turnaround of caption jobs. Written by the model thread, read by the event loop (a
-    float swap under the GIL)."""
+    """The smoothed turnaround of caption jobs. Written by the model thread (and by a withdrawal, on the
+    event loop), read by the event loop: a float swap under the GIL, where a lost observation is harmless."""
 
     def __init__(self, policy: LoadPolicy = LoadPolicy()) -> None:
         self.policy = policy

@@ -309,7 +309,8 @@ class ModelScheduler:
         while len(picked) < room and self._waiting:
             best: tuple[str, Priority] | None = None
             for key, jobs in self._waiting.items():  # in turn order: first best wins
-                if finals_only and jobs[0].priority != Priority.FINAL and now - jobs[0].submitted < self.options.background_wait:
+                held = jobs[0].priority != Priority.FINAL and now - jobs[0].submitted < self.options.background_wait
+                if finals_only and held:
                     continue
                 if best is None or self._rank(jobs[0], now) < self._rank(self._waiting[best][0], now):
                     best = key

@@ -8,7 +8,9 @@ pass_ms     ONE target decoder pass on the real model: sessions over real encode
             after the 4-token prompt (sot, en, transcribe, notimestamps); a pass appends new
             tokens, then every session is cropped back to 4. by_rows: R tokens of one sequence
             (--rows; verifying R - 1 drafts). by_sequences: B sessions of one token each (--seqs;
-            what batch transcription runs). Per --compute-types (engines with draft "none"), both
+            what batch transcription runs). by_prompt: a fresh session's prefill of P prompt tokens
+            (--prompts), logits for the last row only, as a decode's first pass. Per --compute-types
+            (engines with draft "none"), both
             batch-invariant (blocks of PassShape.rows zero-padded rows, models/invariant.py) and
             plain (decoder.pass_shape = None: one kernel call for all rows, same packed weights),
             so the price of invariance shows. PASSES timed passes per variant and round, after
@@ -114,9 +116,11 @@ class Engines:
 # --- pass_ms ---------------------------------------------------------------------------------
 
 
-def time_passes(decoder, mode: str, sessions: list, tokens: list[list[int]], keep: int) -> list[float]:
+def time_passes(decoder, mode: str, sessions: list, tokens: list[list[int]], keep: int,
+                head_last: bool = False) -> list[float]:
     """ms of PASSES passes (after an untimed one) appending tokens[i] to sessions[i], each session
-    cropped back to `keep` after each; mode "plain" runs them with decoder.pass_shape = None."""
+    cropped back to `keep` after each; mode "plain" runs them with decoder.pass_shape = None.
+    head_last: only each part's last row goes through the output head (a prompt's prefill)."""
     from specscribe.models.whisper import PassPart
 
     shape, out = decoder.pass_shape, []
@@ -124,7 +128,7 @@ def time_passes(decoder, mode: str, sessions: list, tokens: list[list[int]], kee
     try:
         for i in range(PASSES + 1):
             started = time.perf_counter()
-            decoder.run_pass([PassPart(s, t) for s, t in zip(sessions, tokens)])
+            decoder.run_pass([PassPart(s, t, len(t) - 1 if head_last else 0) for s, t in zip(sessions, tokens)])
             out.append((time.perf_counter() - started) * 1000)
             for s in sessions:
                 s.crop(keep)
@@ -133,7 +137,8 @@ def time_passes(decoder, mode: str, sessions: list, tokens: list[list[int]], kee
     return out[1:]
 
 
-def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: list[int], pool: dict, repeat: int) -> dict:
+def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: list[int], pool: dict, repeat: int,
+                  prompts: list[int] = ()) -> dict:
     from specscribe.clips import JFK_TEXT
 
     names = pick(sorted(pool, key=lambda n: not n.startswith("physicsworks")), max(seqs))  # 30 s of speech first
@@ -146,18 +151,20 @@ def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: lis
         sessions = [decoder.session(enc) for enc in encoded]
         for s in sessions:
             s.forward(prompt)
-        text = tok.encode(" " + JFK_TEXT) * max(rows)
-        setups[ct] = (decoder, sessions, text, len(prompt))
+        text = tok.encode(" " + JFK_TEXT) * max([*rows, *prompts])
+        setups[ct] = (decoder, sessions, text, len(prompt), decoder.session(encoded[0]))
     variants = [(ct, mode) for ct in types for mode in MODES]
-    jobs = [("by_rows", n) for n in rows] + [("by_sequences", n) for n in seqs]
+    jobs = [("by_rows", n) for n in rows] + [("by_sequences", n) for n in seqs] + [("by_prompt", n) for n in prompts]
     samples = collections.defaultdict(list)
     for rnd in range(repeat):
         for i, (table, n) in enumerate(jobs):
             shift = (rnd + i) % len(variants)
             for ct, mode in variants[shift:] + variants[:shift]:
-                decoder, sessions, text, keep = setups[ct]
+                decoder, sessions, text, keep, fresh = setups[ct]
                 if table == "by_rows":  # one sequence, n rows
                     ms = time_passes(decoder, mode, sessions[:1], [text[:n]], keep)
+                elif table == "by_prompt":  # a fresh session's prompt of n tokens
+                    ms = time_passes(decoder, mode, [fresh], [text[:n]], 0, head_last=True)
                 else:  # n sequences, one row each
                     ms = time_passes(decoder, mode, sessions[:n], [[t] for t in text[:n]], keep)
                 samples[table, ct, mode, n] += ms
@@ -165,11 +172,12 @@ def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: lis
     shapes = {ct: setups[ct][0].pass_shape for ct in types}
     report = {"passes_per_sample": PASSES, "windows": names, "block_rows": {ct: s.rows for ct, s in shapes.items()},
               "query_block": {ct: s.query_block for ct, s in shapes.items()}}
-    for table, sizes in (("by_rows", rows), ("by_sequences", seqs)):
+    for table, sizes in (("by_rows", rows), ("by_sequences", seqs), ("by_prompt", prompts)):
         report[table] = {
             ct: {m: {str(n): summary(samples[table, ct, m, n]) for n in sizes} for m in MODES} for ct in types
         }
-    report["table_md"] = "\n\n".join(markdown(report[t], s, u) for t, s, u in (("by_rows", rows, "row"), ("by_sequences", seqs, "sequence")))
+    tables = (("by_rows", rows, "row"), ("by_sequences", seqs, "sequence"), ("by_prompt", prompts, "prompt token"))
+    report["table_md"] = "\n\n".join(markdown(report[t], s, u) for t, s, u in tables if s)
     log(report["table_md"])
     return report
 
@@ -428,13 +436,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clips", default="", help="comma list of clips for engines (default: all)")
     p.add_argument("--rows", default="1,2,4,8,16,32,64", help="rows per pass (pass_ms by_rows)")
     p.add_argument("--seqs", default="1,4,8,16", help="sequences per pass (pass_ms by_sequences)")
+    p.add_argument("--prompts", default="4,16,50,120", help="prompt tokens of a prefill (pass_ms by_prompt)")
     p.add_argument("--batches", default="1,4,8,16", help="windows decoded together (throughput)")
     args = p.parse_args(argv)
     args.sections = [s for s in args.sections.split(",") if s]
     if not args.sections or set(args.sections) - set(SECTIONS):
         p.error(f"--sections: a comma list of {', '.join(SECTIONS)}")
-    if args.repeat < 1 or min([*ints(args.rows), *ints(args.seqs), *ints(args.batches)] or [0]) < 1:
-        p.error("--repeat, --rows, --seqs and --batches need positive values")
+    sizes = [*ints(args.rows), *ints(args.seqs), *ints(args.batches), *ints(args.prompts)]
+    if args.repeat < 1 or min(sizes or [0]) < 1:
+        p.error("--repeat, --rows, --seqs, --batches and --prompts need positive values")
     return args
 
 
@@ -453,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = resolve_compute_type(args.spec_compute, "cpu")
     pool, engines, sections = window_pool(), Engines(args.model, args.threads), {}
     if "pass_ms" in args.sections:
-        sections["pass_ms"] = bench_pass_ms(engines, types, ints(args.rows), ints(args.seqs), pool, args.repeat)
+        sections["pass_ms"] = bench_pass_ms(engines, types, ints(args.rows), ints(args.seqs), pool, args.repeat,
+                                               ints(args.prompts))
     if "throughput" in args.sections:
         sections["throughput"] = bench_throughput(engines, spec, ints(args.batches), pool, args.repeat)
     if "engines" in args.sections:

@@ -28,7 +28,7 @@ BENCHES = [
     (
         "bench_engines.py",
         ["--repeat", "1", "--threads", "1", "--clips", "jfk", "--rows", "1,4", "--seqs", "1,2", "--batches", "1,2",
-         "--compute-types", _auto_compute_type()],
+         "--prompts", "4,20", "--compute-types", _auto_compute_type()],
     ),
     ("bench_batch.py", ["--repeat", "1", "--no-physics", "--batch-sizes", "2", "--beam", "2",
                         "--variant", "shape8x4=--pass-rows 8 --query-block 4"]),
@@ -91,7 +91,7 @@ def test_bench_engines_sections(tmp_path_factory):
 
     passes = report["pass_ms"]
     assert passes["block_rows"][ct] >= 1
-    for table, sizes in (("by_rows", ("1", "4")), ("by_sequences", ("1", "2"))):
+    for table, sizes in (("by_rows", ("1", "4")), ("by_sequences", ("1", "2")), ("by_prompt", ("4", "20"))):
         for mode in ("invariant", "plain"):
             for n in sizes:
                 cell = passes[table][ct][mode][n]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specscribe.models.compute import cpu_has_fast_bf16, pass_rows_for, query_block_for, resolve_compute_type, set_threads
+from specscribe.models.compute import (cpu_has_fast_bf16, pass_rows_for, query_block_for, resolve_compute_type,
+                                       set_threads)
 
 
 def test_auto_picks_by_cpu_flags():
