@@ -42,23 +42,23 @@ ABBREVIATIONS = frozenset({
 _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
 
 
+def normalize_word(text: str) -> str:
+    """The form two hypotheses' words are compared in: lower case, punctuation and spaces dropped."""
+    return _PUNCT.sub("", text.lower())
+
+
 def ends_sentence(text: str) -> bool:
     """Whether a word (or a text, by its last word) ends a sentence: its last mark (before closing quotes or
     brackets) is a SENTENCE_END, and it is not an abbreviation ("Mr.", "e.g.") or an initial ("J.") that
-    Whisper writes with a period."""
+    Whisper writes with a period ("I." is the pronoun: "So do I.")."""
     word = text.strip().rstrip(CLOSING_MARKS)
     if not word.endswith(SENTENCE_END):
         return False
     if word.endswith("."):
         core = normalize_word(word.split()[-1])
-        if core in ABBREVIATIONS or (len(core) == 1 and core.isalpha()):
+        if core in ABBREVIATIONS or (len(core) == 1 and core.isalpha() and core != "i"):
             return False
     return True
-
-
-def normalize_word(text: str) -> str:
-    """The form two hypotheses' words are compared in: lower case, punctuation and spaces dropped."""
-    return _PUNCT.sub("", text.lower())
 
 
 def _common_prefix(*hypotheses: Sequence[Word]) -> int:

@@ -210,7 +210,7 @@ def test_finish_after_a_pause_commits_the_held_words():
 
 
 def test_ends_sentence_knows_abbreviations_and_initials():
-    for text in (" fall.", " Why?", ' "Stop!"', " country.)", " etc.", " 1969.", " 終わり。"):
+    for text in (" fall.", " Why?", ' "Stop!"', " country.)", " etc.", " 1969.", " 終わり。", " I."):
         assert ends_sentence(text), text
     for text in (" Mr.", " Mrs.", " Dr.", " e.g.", " i.e.", " J.", " vs.", " St.", " z.B.", " and", " you,", ""):
         assert not ends_sentence(text), text
