@@ -12,6 +12,9 @@ decoding are included on every side, as a user meets them:
   transcribe arguments (an engine setting timed against the default in the same run);
 - with ``--beam N``: ``specscribe_b{default}_beamN`` (`--beam-size N`) and ``fw_transcribe_beamN``
   (faster-whisper's default mode: beam 5), beam search against beam search.
+With ``--device cuda`` the specscribe sides run the spec engine on the GPU; ``--no-fw`` leaves
+faster-whisper's sides out (a machine without CTranslate2's CUDA libraries): the lecture is then
+compared with the default side's text.
 Sides run interleaved in a rotating order, ``--repeat`` times; the JSON has min and median wall
 seconds per side, the ratio of the faster faster-whisper side to specscribe's default, and
 WER on the files that have references (jfk and the LibriVox clips), plus each side's
@@ -55,7 +58,8 @@ def run_side(side: str, files: list[Path], args: argparse.Namespace, work: Path)
     if side.startswith("specscribe"):
         size, _, variant = side_name.removeprefix("specscribe_b").partition("_")
         cmd = [sys.executable, "-m", "specscribe", "transcribe", *map(str, files), "-f", "json", "-o", str(out),
-               "-q", "--batch-size", size, "--beam-size", beam_part or "1", *args.variants.get(variant, ())]
+               "-q", "--batch-size", size, "--beam-size", beam_part or "1", "--device", args.device,
+               *args.variants.get(variant, ())]
     else:
         from specscribe.models.registry import resolve_model
 
@@ -81,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", default="8,1,4,16", help="specscribe --batch-size values; the first is the default")
     parser.add_argument("--fw-beam", type=int, default=1, help="beam size of fw_batched (faster-whisper's default: 5)")
     parser.add_argument("--no-physics", action="store_true", help="skip the 203 s lecture (smoke runs)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where specscribe's sides run")
+    parser.add_argument("--no-fw", action="store_true", help="leave faster-whisper's sides out")
     parser.add_argument("--beam", type=int, default=0,
                         help="also beam search at this width: specscribe's default batch size and fw transcribe")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
@@ -107,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     paths = [f for f, _ in files]
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     sides = [f"specscribe_b{s}" for s in sizes] + [f"specscribe_b{sizes[0]}_{v}" for v in args.variants]
-    sides += ["fw_transcribe", "fw_batched"]
+    sides += [] if args.no_fw else ["fw_transcribe", "fw_batched"]
     if args.beam > 1:
-        sides += [f"specscribe_b{sizes[0]}_beam{args.beam}", f"fw_transcribe_beam{args.beam}"]
+        sides += [f"specscribe_b{sizes[0]}_beam{args.beam}"] + ([] if args.no_fw else [f"fw_transcribe_beam{args.beam}"])
     walls: dict[str, list[float]] = {s: [] for s in sides}
     texts: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     scored = [(str(f), ref) for f, ref in files if ref is not None]
     lecture = [str(f) for f, ref in files if ref is None]
     audio_s = sum(_duration(f) for f in paths)
+    default = f"specscribe_b{sizes[0]}"
+    lecture_ref = default if args.no_fw else "fw_transcribe"
     report_sides = {}
     for side in sides:
         entry = {
@@ -133,12 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             "wer_scored": round(corpus_wer([r for _, r in scored], [texts[side][f] for f, _ in scored]), 4),
         }
         if lecture:
-            entry["lecture_wer_vs_fw_transcribe"] = round(wer(texts["fw_transcribe"][lecture[0]], texts[side][lecture[0]]), 4)
+            entry[f"lecture_wer_vs_{lecture_ref}"] = round(wer(texts[lecture_ref][lecture[0]], texts[side][lecture[0]]), 4)
         report_sides[side] = entry
-    default = f"specscribe_b{sizes[0]}"
-    fastest_fw = min(("fw_transcribe", "fw_batched"), key=lambda s: report_sides[s]["wall_s_median"])
     report = {
-        "machine": machine_info(resolve_compute_type("auto", "cpu"), since=started),
+        "machine": machine_info(resolve_compute_type("auto", args.device), since=started),
+        "device": args.device,
         "model": args.model,
         "repeat": args.repeat,
         "fw_batched_beam": args.fw_beam,
@@ -147,22 +154,28 @@ def main(argv: list[str] | None = None) -> int:
         "audio_s": round(audio_s, 2),
         "sides": report_sides,
         "default": default,
-        "fastest_faster_whisper": fastest_fw,
-        "speedup_default_over_fastest_fw": round(
-            report_sides[fastest_fw]["wall_s_median"] / report_sides[default]["wall_s_median"], 3
-        ),
-        "wer_points_default_minus_fw_transcribe": round(
-            100 * (report_sides[default]["wer_scored"] - report_sides["fw_transcribe"]["wer_scored"]), 2
-        ),
         "texts": texts,
     }
+    if not args.no_fw:
+        fastest_fw = min(("fw_transcribe", "fw_batched"), key=lambda s: report_sides[s]["wall_s_median"])
+        report["fastest_faster_whisper"] = fastest_fw
+        report["speedup_default_over_fastest_fw"] = round(
+            report_sides[fastest_fw]["wall_s_median"] / report_sides[default]["wall_s_median"], 3
+        )
+        report["wer_points_default_minus_fw_transcribe"] = round(
+            100 * (report_sides[default]["wer_scored"] - report_sides["fw_transcribe"]["wer_scored"]), 2
+        )
     if args.beam > 1:  # beam search against beam search
-        ours, theirs = f"{default}_beam{args.beam}", f"fw_transcribe_beam{args.beam}"
+        ours = f"{default}_beam{args.beam}"
         report["beam"] = {
             "width": args.beam,
-            "speedup_over_fw_transcribe": round(report_sides[theirs]["wall_s_median"] / report_sides[ours]["wall_s_median"], 3),
             "slowdown_over_greedy": round(report_sides[ours]["wall_s_median"] / report_sides[default]["wall_s_median"], 3),
         }
+        if not args.no_fw:
+            theirs = f"fw_transcribe_beam{args.beam}"
+            report["beam"]["speedup_over_fw_transcribe"] = round(
+                report_sides[theirs]["wall_s_median"] / report_sides[ours]["wall_s_median"], 3
+            )
     from specscribe.machine import write_report
 
     write_report(report, args.out)

@@ -1,4 +1,4 @@
-"""Target decoder pass cost, batch throughput, and the spec engine against faster-whisper (CPU).
+"""Target decoder pass cost, batch throughput, and the spec engine against faster-whisper (CPU or CUDA).
 
 ONE JSON (--out, default stdout): `machine` (specscribe.machine) and the --sections below, each
 over --repeat rounds that interleave the variants it compares (their order rotates per round, so
@@ -28,6 +28,14 @@ engines     per clip (--clips), a window as users run it (features, encoder, lan
             fresh session), steps (other target passes), draft decoder passes; the rest of decode
             is rules and overhead.
 
+kernels     (--device cuda only) per pass shape (1 row; 16 rows of one sequence; 1, 16 and 64
+            sequences of one row), invariant passes of the first --compute-types: wall ms per pass
+            against the ms its CUDA kernels ran (torch.profiler). Where wall >> kernels, the pass is
+            bound by kernel launches on the host, and a CUDA graph of the decoder step would pay.
+
+--device cuda: the spec engine on the GPU (engines load there; passes are timed to a
+torch.cuda.synchronize()); the engines section needs the CPU (faster-whisper int8).
+
 Windows: the eight evaluation windows (specscribe.clips), then 30 s windows of physicsworks.wav
 ("physicsworks@30s" starts at 30 s: every 30 s, then the 15 s offsets), each encoded once, untimed.
 The engines clips: the evaluation windows and physicsworks@0s.
@@ -51,7 +59,7 @@ import statistics
 import sys
 import time
 
-SECTIONS = ("pass_ms", "throughput", "engines")
+SECTIONS = ("pass_ms", "throughput", "engines", "kernels")
 PASSES = 5  # timed passes per variant and round in pass_ms
 MODES = ("invariant", "plain")
 
@@ -89,10 +97,10 @@ def pick(names: list[str], n: int) -> list[str]:
 
 
 class Engines:
-    """SpecEngines (CPU) by (compute type, draft), each loaded once; load_s their load times."""
+    """SpecEngines on `device` by (compute type, draft), each loaded once; load_s their load times."""
 
-    def __init__(self, model: str, threads: int):
-        self.model, self.threads, self.loaded, self.load_s = model, threads, {}, {}
+    def __init__(self, model: str, threads: int, device: str = "cpu"):
+        self.model, self.threads, self.device, self.loaded, self.load_s = model, threads, device, {}, {}
 
     def get(self, compute_type: str, draft: str):
         """compute_type may carry the pass block and the query block, "bfloat16:8" or "bfloat16:8:4"
@@ -105,7 +113,7 @@ class Engines:
             started = time.perf_counter()
             name, rows, query = (compute_type.split(":") + ["", ""])[:3]
             options = EngineOptions(
-                engine="spec", model=self.model, device="cpu", compute_type=name, draft=draft, threads=self.threads,
+                engine="spec", model=self.model, device=self.device, compute_type=name, draft=draft, threads=self.threads,
                 pass_rows=int(rows or 0), query_block=int(query or 0),
             )
             self.loaded[compute_type, draft] = SpecEngine(resolve_model(self.model), options)
@@ -120,15 +128,17 @@ def time_passes(decoder, mode: str, sessions: list, tokens: list[list[int]], kee
                 head_last: bool = False) -> list[float]:
     """ms of PASSES passes (after an untimed one) appending tokens[i] to sessions[i], each session
     cropped back to `keep` after each; mode "plain" runs them with decoder.pass_shape = None.
-    head_last: only each part's last row goes through the output head (a prompt's prefill)."""
+    head_last: only each part's last row goes through the output head (a prompt's prefill).
+    On CUDA a pass is timed to the end of its kernels (torch.cuda.synchronize)."""
     from specscribe.models.whisper import PassPart
 
-    shape, out = decoder.pass_shape, []
+    shape, out, sync = decoder.pass_shape, [], synchronizer(decoder)
     decoder.pass_shape = shape if mode == "invariant" else None
     try:
         for i in range(PASSES + 1):
             started = time.perf_counter()
             decoder.run_pass([PassPart(s, t, len(t) - 1 if head_last else 0) for s, t in zip(sessions, tokens)])
+            sync()
             out.append((time.perf_counter() - started) * 1000)
             for s in sessions:
                 s.crop(keep)
@@ -137,11 +147,20 @@ def time_passes(decoder, mode: str, sessions: list, tokens: list[list[int]], kee
     return out[1:]
 
 
-def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: list[int], pool: dict, repeat: int,
-                  prompts: list[int] = ()) -> dict:
+def synchronizer(decoder):
+    """A no-op on CPU; torch.cuda.synchronize where the decoder's weights are on a GPU."""
+    import torch
+
+    return torch.cuda.synchronize if next(decoder.parameters()).is_cuda else (lambda: None)
+
+
+def pass_setups(engines: Engines, types: list[str], n_sessions: int, pool: dict, tokens: int) -> tuple[list[str], dict]:
+    """(window names, {compute type: (decoder, sessions, text, prompt length, fresh session)}):
+    n_sessions sessions per compute type over real encoded windows (30 s of speech first), each
+    after the 4-token prompt; text: `tokens` or more tokens of JFK's sentence to append."""
     from specscribe.clips import JFK_TEXT
 
-    names = pick(sorted(pool, key=lambda n: not n.startswith("physicsworks")), max(seqs))  # 30 s of speech first
+    names = pick(sorted(pool, key=lambda n: not n.startswith("physicsworks")), n_sessions)
     encoded = [engines.get(types[0], "none").encode(pool[n]).handle for n in names]  # cross K/V cast it
     setups = {}
     for ct in types:
@@ -151,8 +170,14 @@ def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: lis
         sessions = [decoder.session(enc) for enc in encoded]
         for s in sessions:
             s.forward(prompt)
-        text = tok.encode(" " + JFK_TEXT) * max([*rows, *prompts])
+        text = tok.encode(" " + JFK_TEXT) * max(1, tokens)
         setups[ct] = (decoder, sessions, text, len(prompt), decoder.session(encoded[0]))
+    return names, setups
+
+
+def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: list[int], pool: dict, repeat: int,
+                  prompts: list[int] = ()) -> dict:
+    names, setups = pass_setups(engines, types, max(seqs), pool, max([*rows, *prompts]))
     variants = [(ct, mode) for ct in types for mode in MODES]
     jobs = [("by_rows", n) for n in rows] + [("by_sequences", n) for n in seqs] + [("by_prompt", n) for n in prompts]
     samples = collections.defaultdict(list)
@@ -260,6 +285,38 @@ def bench_throughput(engines: Engines, compute_type: str, batches: list[int], po
         "identical": not mismatched,
         "mismatched_windows": mismatched,
     }
+
+
+# --- kernels (CUDA) --------------------------------------------------------------------------
+
+KERNEL_SHAPES = (("rows", 1), ("rows", 16), ("sequences", 1), ("sequences", 16), ("sequences", 64))
+
+
+def bench_kernels(engines: Engines, compute_type: str, pool: dict) -> dict:
+    """Per shape: wall ms per invariant pass (synchronized) and the ms its CUDA kernels ran, from
+    torch.profiler over PASSES passes; launch_bound_share = 1 - kernels / wall."""
+    from torch.profiler import ProfilerActivity, profile
+
+    most = max(n for kind, n in KERNEL_SHAPES if kind == "sequences")
+    names, setups = pass_setups(engines, [compute_type], min(most, len(pool)), pool, 16)
+    decoder, sessions, text, keep, _ = setups[compute_type]
+    out = {"compute_type": compute_type, "windows": len(names)}
+    for kind, n in KERNEL_SHAPES:
+        if kind == "rows":
+            parts = (sessions[:1], [text[:n]])
+        else:
+            n = min(n, len(sessions))
+            parts = (sessions[:n], [[t] for t in text[:n]])
+        time_passes(decoder, "invariant", *parts, keep)  # warm-up
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            wall = time_passes(decoder, "invariant", *parts, keep)
+        kernel_us = sum(getattr(e, "self_device_time_total", 0) for e in prof.key_averages())
+        kernels = kernel_us / 1000 / (PASSES + 1)  # time_passes runs one untimed pass first
+        median = statistics.median(wall)
+        out[f"{kind}_{n}"] = {"wall_ms": round(median, 3), "kernel_ms": round(kernels, 3),
+                              "launch_bound_share": round(1 - kernels / median, 3)}
+        log(f"kernels {kind} {n}: wall {median:.2f} ms, kernels {kernels:.2f} ms")
+    return out
 
 
 # --- engines ---------------------------------------------------------------------------------
@@ -429,10 +486,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--model", default="base")
     p.add_argument("--out", default="-", help="JSON output path (default: stdout)")
     p.add_argument("--repeat", type=int, default=3, help="interleaved rounds per section")
-    p.add_argument("--sections", default=",".join(SECTIONS), help="comma list of " + ", ".join(SECTIONS))
+    p.add_argument("--sections", default="pass_ms,throughput,engines", help="comma list of " + ", ".join(SECTIONS))
     p.add_argument("--compute-types", default="float32,bfloat16", help="compute types of pass_ms; TYPE:N sets the pass block to N rows, TYPE:N:Q the query block to Q")
     p.add_argument("--spec-compute", default="auto", help="compute type of throughput and engines")
     p.add_argument("--threads", type=int, default=0, help="threads for both engines (0: library default)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the spec engine runs")
     p.add_argument("--clips", default="", help="comma list of clips for engines (default: all)")
     p.add_argument("--rows", default="1,2,4,8,16,32,64", help="rows per pass (pass_ms by_rows)")
     p.add_argument("--seqs", default="1,4,8,16", help="sequences per pass (pass_ms by_sequences)")
@@ -442,6 +500,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.sections = [s for s in args.sections.split(",") if s]
     if not args.sections or set(args.sections) - set(SECTIONS):
         p.error(f"--sections: a comma list of {', '.join(SECTIONS)}")
+    if args.device == "cuda" and "engines" in args.sections:
+        p.error("--sections engines compares against faster-whisper on the CPU: run it with --device cpu")
+    if args.device == "cpu" and "kernels" in args.sections:
+        p.error("--sections kernels profiles CUDA kernels: run it with --device cuda")
     sizes = [*ints(args.rows), *ints(args.seqs), *ints(args.batches), *ints(args.prompts)]
     if args.repeat < 1 or min(sizes or [0]) < 1:
         p.error("--repeat, --rows, --seqs, --batches and --prompts need positive values")
@@ -457,16 +519,18 @@ def main(argv: list[str] | None = None) -> int:
 
     def resolve(t: str) -> str:  # "auto:8" -> "bfloat16:8"
         name, sep, rows = t.partition(":")
-        return resolve_compute_type(name, "cpu") + sep + rows
+        return resolve_compute_type(name, args.device) + sep + rows
 
     types = list(dict.fromkeys(resolve(t) for t in args.compute_types.split(",") if t))
-    spec = resolve_compute_type(args.spec_compute, "cpu")
-    pool, engines, sections = window_pool(), Engines(args.model, args.threads), {}
+    spec = resolve_compute_type(args.spec_compute, args.device)
+    pool, engines, sections = window_pool(), Engines(args.model, args.threads, args.device), {}
     if "pass_ms" in args.sections:
         sections["pass_ms"] = bench_pass_ms(engines, types, ints(args.rows), ints(args.seqs), pool, args.repeat,
                                                ints(args.prompts))
     if "throughput" in args.sections:
         sections["throughput"] = bench_throughput(engines, spec, ints(args.batches), pool, args.repeat)
+    if "kernels" in args.sections:
+        sections["kernels"] = bench_kernels(engines, types[0], pool)
     if "engines" in args.sections:
         clips = [*list(pool)[:8], "physicsworks@0s"]
         wanted = args.clips.split(",") if args.clips else clips
@@ -477,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "machine": {**machine_info(spec if spec in ran else ran[0], since=started), "compute_types": ran},
         "model": args.model,
+        "device": args.device,
         "repeat": args.repeat,
         "threads_option": args.threads,
         "load_s": engines.load_s,

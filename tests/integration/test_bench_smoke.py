@@ -171,3 +171,17 @@ def test_bench_scaleout_sections(tmp_path_factory):
     assert all(side["identical_text"] for side in report["sides"].values())  # Ray writes the local run's text
     assert report["folders"]["full"]["files"] == 6 and report["folders"]["small"]["files"] == 1
     assert set(report["ray_overhead"]) == {"ray1"}
+
+
+def test_bench_engines_sections_follow_the_device():
+    """kernels needs CUDA; engines (faster-whisper int8) the CPU: each refused where it cannot run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_engines", SCRIPTS / "bench_engines.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for argv in (["--device", "cuda", "--sections", "engines"], ["--sections", "kernels"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(argv)
+    assert bench.parse_args(["--device", "cuda", "--sections", "pass_ms,kernels"]).sections == ["pass_ms", "kernels"]
+    assert bench.parse_args([]).sections == ["pass_ms", "throughput", "engines"]
