@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import json
-import weakref
 from pathlib import Path
 from typing import Sequence
 
@@ -30,6 +29,7 @@ from torch import nn
 from specscribe.models.drafters import Draft
 from specscribe.models.errors import ModelError
 from specscribe.models.interfaces import LogitRules
+from specscribe.models.kv_cache import CrossKVCache
 from specscribe.models.whisper import DecoderLayer, DecoderSession, StateFuse, TextDecoder
 
 FORMAT = "specscribe-draft-decoder"
@@ -85,7 +85,7 @@ class DraftDecoder:
         # against; None for untrained copies (from_target). --adapt-draft trains from these.
         self.checkpoint: Path | None = None
         self.target_sha256: str | None = None
-        self._cross_for: tuple[weakref.ref, list] | None = None
+        self._cross = CrossKVCache()  # cross K/V per window in use
 
     @classmethod
     def from_target(cls, target: TextDecoder, sources: Sequence[int] = (0, -1)) -> "DraftDecoder":
@@ -105,20 +105,19 @@ class DraftDecoder:
 
     # --- windows --------------------------------------------------------------------------
     def session(self, enc: torch.Tensor, target_cross: list | None = None) -> DecoderSession:
-        """A fresh session (own KV cache) on enc (1, S, d); cross K/V cached for the last window.
+        """A fresh session (own KV cache) on enc (1, S, d); cross K/V computed once per window.
 
         target_cross: the target's per-layer cross K/V on enc, reused when the draft's cross
         projections are the target's own (untrained copies, or ``shared_cross_kv`` checkpoints).
         """
-        cached = self._cross_for
-        if cached is None or cached[0]() is not enc:
+
+        def compute() -> list:
             if target_cross is not None and self.shared_cross_kv:
-                cross = [target_cross[s] for s in self.sources]
-            else:
-                cross = self.decoder.cross_keys_values(enc)
-            cached = (weakref.ref(enc), cross)
-            self._cross_for = cached
-        return DecoderSession(self.decoder, enc, cross=cached[1])
+                return [target_cross[s] for s in self.sources]
+            return self.decoder.cross_keys_values(enc)
+
+        cross, _ = self._cross.get(enc, compute)
+        return DecoderSession(self.decoder, enc, cross=cross)
 
     def full_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """(N,) logits of a reduced head -> (V,), -inf outside it (so the target's logit rules

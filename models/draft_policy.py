@@ -1,4 +1,5 @@
-"""Which drafter a decode drafts with: a fixed rule, or a bandit over measured speed.
+"""Which drafter a decode drafts with (a fixed rule, or a bandit over measured speed), and how many
+tokens it drafts a round (`DraftLength`, each decode's own controller).
 
 Arms (what one greedy decode may draft with):
 - "none": plain decoding, one token per target pass;
@@ -24,8 +25,8 @@ the best measured reward in its context, as TLT's bandit picks its drafting stra
   re-tried less and less often, and again once the discount has forgotten it (the draft adapted,
   the load changed).
 
-How many tokens to draft stays each decode's own controller's (models/speculative.py DraftLength),
-which prices its rounds with the plain step cost this policy measured (``plain_ms``).
+How many tokens to draft stays each decode's own controller's (``DraftLength``, at the end), which
+prices its rounds with the plain step cost this policy measured (``plain_ms``).
 The target verifies every draft, so no choice here changes the text: only the speed.
 """
 
@@ -44,6 +45,7 @@ from specscribe.models.types import SpecStats
 if TYPE_CHECKING:
     from specscribe.models.draft import DraftDecoder
     from specscribe.models.drafters import Drafter
+    from specscribe.models.speculative import SpecOptions
 
 ARMS = ("none", "ngram", "decoder", "hypothesis+ngram", "hypothesis+decoder")
 
@@ -239,3 +241,62 @@ class DraftPolicy:
                           for arm, s in table.items()}
             for ctx, table in self._contexts.items()
         }
+
+
+class DraftLength:
+    """The adaptive draft length and the on/off switch for one decode.
+
+    k grows by 2 after a fully accepted draft and shrinks by 1 after a rejection, within bounds.
+    Cost model: a plain step costs ``plain_ms`` (measured on this decode's plain steps; before
+    any, ``options.plain_ms`` when given, else this round's verify time, which is an overestimate
+    where k+1 rows cost more than one); drafting costs what it measured. A
+    speculative round saves ``emitted * plain_ms - (verify_ms + draft_ms)``. When the saving summed
+    since the last (re)start is negative after ``min_rounds`` rounds, speculation switches off for
+    ``probe_after`` plain steps, then comes back at k_init (the pause doubles on each switch-off).
+    """
+
+    def __init__(self, options: SpecOptions):
+        self.options = options
+        self.k = options.k_init
+        self.off_steps = 0  # plain steps left before the next probe
+        self.pause = options.probe_after
+        self.switch_offs = 0
+        self.plain_ms: float | None = options.plain_ms
+        self._measured_plain = False
+        self._saved_ms = 0.0
+        self._rounds = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.off_steps == 0
+
+    def next_k(self) -> int:
+        return self.k if self.enabled else 0
+
+    def update(
+        self, drafted: int, accepted: int, emitted: int, verify_ms: float, draft_ms: float, measure: bool = True
+    ) -> None:
+        """After a round. measure=False (the prompt pass, far costlier than a step) adapts k only."""
+        opts = self.options
+        if drafted == 0 and not measure:
+            return
+        if drafted == 0:  # a plain step: measure the 1-token pass, count down a pause
+            self.plain_ms = 0.8 * self.plain_ms + 0.2 * verify_ms if self._measured_plain else verify_ms
+            self._measured_plain = True
+            if self.off_steps > 0:
+                self.off_steps -= 1
+                if self.off_steps == 0:
+                    self.k, self._saved_ms, self._rounds = opts.k_init, 0.0, 0
+            return
+        if not opts.adaptive:
+            return
+        self.k = min(opts.k_max, self.k + 2) if accepted == drafted else max(opts.k_min, self.k - 1)
+        if not measure:
+            return
+        unit = self.plain_ms if self.plain_ms is not None else verify_ms
+        self._saved_ms += emitted * unit - (verify_ms + draft_ms)
+        self._rounds += 1
+        if self._rounds >= opts.min_rounds and self._saved_ms < 0:
+            self.off_steps = self.pause
+            self.pause *= 2
+            self.switch_offs += 1

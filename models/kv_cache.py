@@ -1,4 +1,5 @@
-"""A preallocated self-attention KV cache: append T positions, crop back to any length.
+"""A preallocated self-attention KV cache: append T positions, crop back to any length; and the
+cross-attention K/V of the windows in use, computed once per window.
 
 One ``KVCache`` serves a stack of decoder layers over one window. Keys and values live in
 tensors of the full context length, allocated once; ``crop`` only moves the length, so rolling
@@ -7,6 +8,11 @@ forward pass; the session calls ``advance`` once every layer has written.
 """
 
 from __future__ import annotations
+
+import collections
+import threading
+import weakref
+from typing import Any, Callable
 
 import torch
 
@@ -72,3 +78,58 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot crop a cache of length {self.length} to {length}")
         self.length = length
+
+
+class CrossKVCache:
+    """Cross-attention K/V per window in use, so that a window's decode, its language detection and
+    its word alignment compute them once (the server interleaves many sessions' windows, so "the last
+    window" alone would miss).
+
+    Keyed by the encoder output tensor itself (its identity, checked through a weak reference): an
+    entry goes when its window's tensor is freed, and at most ``size`` entries are kept, the least
+    recently used going first, so code that holds windows longer (the draft adapter's examples)
+    never pins more than that. Safe to call from any thread.
+    """
+
+    def __init__(self, size: int = 16):
+        self._size = size
+        self._entries: collections.OrderedDict[int, tuple[weakref.ref, Any]] = collections.OrderedDict()
+        self._lock = threading.RLock()  # a callback may fire in a thread that holds it
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, enc: torch.Tensor, compute: Callable[[], Any]) -> tuple[Any, bool]:
+        """(enc's entry, or compute() stored as it; whether it was computed now)."""
+        key = id(enc)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0]() is enc:
+                self._entries.move_to_end(key)
+                return entry[1], False
+        value = compute()
+        with self._lock:
+            self._entries[key] = (weakref.ref(enc, _drop_callback(self, key)), value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return value, True
+
+    def _drop(self, key: int, ref: weakref.ref) -> None:
+        """A window's tensor was freed: its entry goes (unless the id already names a newer window)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del self._entries[key]
+
+
+def _drop_callback(cache: CrossKVCache, key: int) -> Callable[[weakref.ref], None]:
+    """The weak reference's callback; it holds the cache weakly, so entries never keep it alive."""
+    owner = weakref.ref(cache)
+
+    def drop(ref: weakref.ref) -> None:
+        live = owner()
+        if live is not None:
+            live._drop(key, ref)
+
+    return drop

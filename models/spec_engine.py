@@ -15,7 +15,6 @@ import dataclasses
 import json
 import math
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -48,6 +47,7 @@ from specscribe.models.draft_policy import (
 from specscribe.models.engines import EngineOptions
 from specscribe.models.errors import ModelError
 from specscribe.models.invariant import PassShape
+from specscribe.models.kv_cache import CrossKVCache
 from specscribe.models.logits import RuleConfig, WhisperLogitRules, suppressed_token_ids
 from specscribe.models.speculative import SpecOptions, SpecResult, to_generation, window_sequence, window_spec_options
 from specscribe.models.tokenizer import WhisperTokenizer
@@ -122,7 +122,7 @@ class SpecEngine:
 
         self._features = FeatureExtractor(feature_size=self.dims.n_mels)
         self.times = StageTimes()
-        self._cross_for: tuple[weakref.ref, list] | None = None  # last window's cross K/V
+        self._cross = CrossKVCache()  # cross K/V per window in use
         # speculative decoding (models/speculative.py) and word alignment (models/alignment.py)
         self.draft_kind = options.draft
         self._alignment_heads = config.get("alignment_heads") or [
@@ -170,15 +170,14 @@ class SpecEngine:
         return pad_or_trim(features[:, :num_frames])
 
     def session(self, encoded: EncodedAudio) -> DecoderSession:
-        """A fresh target decoder session over the window; cross K/V reused across decodes."""
+        """A fresh target decoder session over the window; its cross K/V computed once per window
+        (decode, language detection and word alignment share them)."""
+        started = time.perf_counter()
         enc = encoded.handle
-        cached = self._cross_for
-        if cached is None or cached[0]() is not enc:
-            started = time.perf_counter()
-            cross = self.model.decoder.cross_keys_values(enc)
+        cross, computed = self._cross.get(enc, lambda: self.model.decoder.cross_keys_values(enc))
+        if computed:
             self.times.cross_kv += (time.perf_counter() - started) * 1000
-            self._cross_for = cached = (weakref.ref(enc), cross)
-        return DecoderSession(self.model.decoder, enc, cross=cached[1])
+        return DecoderSession(self.model.decoder, enc, cross=cross)
 
     def rules(self, request: DecodeRequest) -> WhisperLogitRules:
         tok = self.tokenizer

@@ -7,6 +7,7 @@ import pytest
 from test_speculative import EOT, PROMPT, FakeClock, NoRules, ScriptDrafter, TableSession, oracle, story
 
 from specscribe.models.draft_policy import (
+    DraftLength,
     DraftPolicy,
     PolicyContext,
     PolicyOptions,
@@ -14,7 +15,7 @@ from specscribe.models.draft_policy import (
     decode_reward,
     fixed_arm,
 )
-from specscribe.models.speculative import DraftLength, SpecOptions, generate
+from specscribe.models.speculative import SpecOptions, generate
 from specscribe.models.types import SpecStats
 
 EN = PolicyContext.of("en", "transcribe", redecode=False, shared=False)

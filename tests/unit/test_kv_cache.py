@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specscribe.models.kv_cache import KVCache
+from specscribe.models.kv_cache import CrossKVCache, KVCache
 from specscribe.models.weights import WhisperDims
 from specscribe.models.whisper import WhisperModel
 
@@ -90,3 +90,32 @@ def test_context_overflow_is_an_error(model_and_enc):
     session.forward(list(range(DIMS.n_text_ctx)))
     with pytest.raises(ValueError, match="context full"):
         session.forward([1])
+
+
+def test_cross_cache_computes_once_per_window_in_use():
+    cache, calls = CrossKVCache(size=3), []
+
+    def compute(enc):
+        return lambda: calls.append(enc) or [enc * 2]
+
+    a, b = torch.ones(1, 4, 2), torch.zeros(1, 4, 2)
+    first, computed = cache.get(a, compute(a))
+    assert computed and torch.equal(first[0], a * 2)
+    cache.get(b, compute(b))
+    again, computed = cache.get(a, compute(a))  # another window came between: still found
+    assert not computed and again is first and len(calls) == 2
+
+
+def test_cross_cache_entries_go_with_their_window_and_beyond_its_size():
+    cache = CrossKVCache(size=2)
+    windows = [torch.full((1, 3, 2), float(i)) for i in range(3)]
+    for w in windows:
+        cache.get(w, lambda: ["kv"])
+    assert len(cache) == 2  # the least recently used went
+    _, computed = cache.get(windows[0], lambda: ["kv"])
+    assert computed  # it had gone, so it is computed again
+    del windows[0]
+    assert len(cache) == 1  # a freed window's entry goes at once
+    fresh = torch.zeros(1, 3, 2)  # may reuse a freed tensor's id: never served another window's K/V
+    value, computed = cache.get(fresh, lambda: ["new"])
+    assert computed and value == ["new"]

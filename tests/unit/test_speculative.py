@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from specscribe.models.drafters import Draft, RandomDrafter
-from specscribe.models.speculative import DraftLength, SpecOptions, generate
+from specscribe.models.draft_policy import DraftLength
+from specscribe.models.speculative import SpecOptions, generate
 
 V = 32
 EOT = 31
