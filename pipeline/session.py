@@ -27,9 +27,9 @@ import numpy as np
 
 from specscribe.models.types import DecodeRequest, SpecStats
 from specscribe.pipeline.alternatives import final_alternatives
+from specscribe.pipeline.caption_events import CaptionEvents
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.language import LanguageOptions, LanguageTracker
-from specscribe.pipeline.lines import CaptionLine, LineBreaker
 from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
 from specscribe.pipeline.scheduler import WITHDRAWN, ModelScheduler, Priority
@@ -81,16 +81,14 @@ class StreamSession:
         # the language: given, or tracked over the stream's decodes (pipeline/language.py)
         self._tracker = None if options.language else LanguageTracker(LanguageOptions(allowed=options.languages))
         self._utterance_start = 0  # ring offset where the current utterance began
-        self._text_language: str | None = None  # the language of the last final (the prompt's)
         self._draft_tokens: tuple[int, ...] = ()
         self._draft_text: str | None = None
-        self._last_partial = ""
-        self._final_id = 0
-        self._lines = LineBreaker(options.lines)  # finals grouped into caption lines (`line` events)
         self._translations = None  # committed finals, translated a group at a time (pipeline/translations.py)
         if options.translate and options.task == "transcribe":
             self._translations = Translations(scheduler, session_id, options.encoder_pad, options.draft, self._event,
                                               functools.partial(self._account, counter="translations"))
+        self._captions = CaptionEvents(options.lines, options.interim_results, self._event,
+                                       self._translations.add if self._translations is not None else None)
         self._stats = SpecStats()
         self._counts = collections.Counter()
         self._model_s0 = scheduler.model_seconds(session_id)  # a connection's sessions share its id
@@ -159,7 +157,7 @@ class StreamSession:
             withdrawn=self._counts["withdrawn"],
             translations=self._counts["translations"],
             rejected=self._counts["rejected"],
-            finals=self._final_id,
+            finals=self._captions.finals,
         )
         return out
 
@@ -204,7 +202,7 @@ class StreamSession:
                 events += await self._release_held()  # the pause became an end
                 self._policy.skip(self._reach_back() / SAMPLE_RATE)  # long silence: no context kept
             elif not self._policy.partial:  # a pause with nothing held back: the line may end
-                events += self._line_events(self._lines.idle(self._ring.end / SAMPLE_RATE))
+                events += self._captions.idle(self._ring.end / SAMPLE_RATE)
             self._trim_ring()
         return events + (self._translations.collect() if self._translations is not None else [])
 
@@ -264,9 +262,9 @@ class StreamSession:
             return []
         events = []
         if self._policy.partial:
-            events = self._emit(self._policy.finish(self._policy.partial, reset=False), self._speech_end, final=True)
+            events = self._emit(self._policy.finish(self._policy.partial, reset=False), self._speech_end)
         self._translate(force=True)
-        return events + self._line_events(self._lines.flush())
+        return events + self._captions.flush()
 
     def _own_start(self, start_s: float) -> float:
         """A window start (seconds) past the committed context: this utterance's start, or the first pending
@@ -293,7 +291,7 @@ class StreamSession:
 
     async def _update(self, final: bool, end: int, reset: bool = True) -> list[CaptionEvent]:
         start_s, prompt = self._policy.window()
-        if self._text_language not in (None, self._decode_language()):
+        if self._captions.text_language not in (None, self._decode_language()):
             prompt = ""  # text in another language would pull the decode into it (or into translating)
             start_s = self._own_start(start_s)  # and so would its audio (keep_context)
         elif (self._tracker is not None and self._tracker.needs_detection) or not self.scheduler.load.keep_context:
@@ -346,7 +344,7 @@ class StreamSession:
         alternatives = None  # a final's n-best texts, from its span of this decode's hypotheses
         if hyp is not None and self.options.n_best > 1:
             alternatives = functools.partial(final_alternatives, hyp.words, hyp.alternatives, limit=self.options.n_best)
-        events = heard + self._emit(update, end, final, alternatives, hyp.language if hyp else None)
+        events = heard + self._emit(update, end, alternatives, hyp.language if hyp else None)
         if not final:
             self._translate(force=False)
         return events
@@ -367,36 +365,9 @@ class StreamSession:
             return self._policy.finish(words, reset)
         return self._policy.pause(words)
 
-    def _emit(self, update, end: int, final: bool, alternatives: Callable | None = None,
-              language: str | None = None) -> list[CaptionEvent]:
-        """The final and partial events of a policy update (end: the decoded audio's end, ring offset). A
-        commit is one final, or several where it holds a sentence end or outgrows a line (LineBreaker.split)."""
-        events: list[CaptionEvent] = []
-        if update.committed:
-            self._text_language = language or self.language
-        for words in self._lines.split(update.committed, self._text_language):
-            text = "".join(w.text for w in words).strip()
-            final = self._event("final", id=self._final_id, start=words[0].start, end=words[-1].end, text=text, words=words,
-                                alternatives=alternatives(words) if alternatives else (), language=self._text_language)
-            lines = self._lines.add(final)  # a line this final does not fit ends before it
-            events += self._line_events([ln for ln in lines if ln.last_id < final.id]) + [final]
-            events += self._line_events([ln for ln in lines if ln.last_id == final.id])
-            if self._translations is not None:
-                self._translations.add(self._final_id, words)
-            self._final_id += 1
-        partial = "".join(w.text for w in update.partial).strip()
-        if self.options.interim_results and partial != self._last_partial:
-            p = update.partial
-            at = end / SAMPLE_RATE  # an empty partial (cleared) is placed at the audio's end
-            events.append(
-                self._event("partial", start=p[0].start if p else at, end=p[-1].end if p else at, text=partial, words=p)
-            )
-        self._last_partial = partial
-        return events
-
-    def _line_events(self, lines: list[CaptionLine]) -> list[CaptionEvent]:
-        return [self._event("line", id=ln.last_id, start=ln.start, end=ln.end, text=ln.text, language=ln.language)
-                for ln in lines]
+    def _emit(self, update, end: int, alternatives: Callable | None = None, language: str | None = None) -> list[CaptionEvent]:
+        """The final, line and partial events of a policy update (end: the decoded audio's end, ring offset)."""
+        return self._captions.emit(update, end / SAMPLE_RATE, language or self.language, alternatives)
 
     def _set_draft(self, hyp: Hypothesis, window_start: float, buffer_start: float) -> None:
         """The next decode's previous-hypothesis draft: the tokens, or the text after a moved start."""

@@ -25,6 +25,7 @@ from specscribe.pipeline.resample import Resampler
 from specscribe.pipeline.scheduler import ModelScheduler
 from specscribe.pipeline.types import CaptionEvent, StreamOptions
 from specscribe.web import protocol as P
+from specscribe.web.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +120,7 @@ class Connection:
         self._slow = False
         self._t0 = time.monotonic()
         self.audio_seconds = 0.0  # client audio received, seconds
-        # offsets of the current session, which restarts after each finalize
-        self._time_offset = 0.0
-        self._id_offset = 0
-        self._emitted_offset = 0.0
-        self._next_id = 0
-        self._session_audio = 0.0  # 16 kHz seconds inserted into the current session
-        self._finals = 0
+        self._timeline = Timeline()  # one timeline over the sessions, which restart after each finalize
 
     # ---- entry point ----------------------------------------------------------------------
 
@@ -307,11 +302,11 @@ class Connection:
                     return
             if fresh:
                 for event in await self._session.process():
-                    self._emit(self._event_dict(event))
+                    self._emit(self._timeline.event_dict(event))
 
     def _insert(self, chunk: np.ndarray) -> None:
         self._session.insert_audio(chunk)
-        self._session_audio += chunk.size / 16_000
+        self._timeline.inserted(chunk.size / 16_000)
 
     async def _flush(self, reason: str, *, restart: bool) -> None:
         """finish() the session: its last finals, translations, then one stats message marked with reason."""
@@ -321,32 +316,13 @@ class Connection:
             if event.type == "stats":
                 stats.update(event.stats or {})
                 continue
-            self._emit(self._event_dict(event))
-        stats.update({"audio_seconds": round(self.audio_seconds, 3), "finals": self._finals, "session_seconds": round(time.monotonic() - self._t0, 3),
+            self._emit(self._timeline.event_dict(event))
+        stats.update({"audio_seconds": round(self.audio_seconds, 3), "finals": self._timeline.finals, "session_seconds": round(time.monotonic() - self._t0, 3),
                       "load": self.ctx.scheduler.load.to_dict()})
         self._emit({"type": "stats", "emitted_at": round(time.monotonic() - self._t0, 3), "reason": reason, "stats": stats})
         if restart:  # the next utterances continue the same timeline and final numbering
-            self._time_offset += self._session_audio
-            self._session_audio = 0.0
-            self._id_offset = self._next_id
-            self._emitted_offset = time.monotonic() - self._t0
+            self._timeline.restart(time.monotonic() - self._t0)
             self._session = self.ctx.make_session(self.ctx.scheduler, self._options, self.session_id)
-
-    def _event_dict(self, event: CaptionEvent) -> dict[str, Any]:
-        d = event.to_dict()
-        d["emitted_at"] = round(d["emitted_at"] + self._emitted_offset, 3)
-        for key in ("start", "end"):
-            if key in d:
-                d[key] = round(d[key] + self._time_offset, 3)
-        for word in d.get("words", ()):
-            word["start"] = round(word["start"] + self._time_offset, 3)
-            word["end"] = round(word["end"] + self._time_offset, 3)
-        if "id" in d and d["type"] in ("final", "translation", "line"):
-            d["id"] += self._id_offset
-            if d["type"] == "final":
-                self._next_id = max(self._next_id, d["id"] + 1)
-                self._finals += 1
-        return d
 
     # ---- writer ---------------------------------------------------------------------------
 
