@@ -13,8 +13,9 @@ loop): start jobs, one decode step, resume the programs whose decode finished, a
 - Starting: one waiting job starts before each decode step (its encode, then its decode joins
   the running ones), while fewer than ``width`` decodes run. So a long decode never holds back
   another session's job, and a decode is never held back by more than one encode per step.
-  Encoding dominates an update's cost on CPU and batching it gains nothing there
-  (docs/benchmarks.md), so encodes run one by one.
+  Encodes run one by one: a window encoded in a batch differs from the same window encoded alone
+  (bf16), which would make a session's text depend on its companions; on the EPYC batching gained
+  nothing anyway, on AMX 28-34 % a window (docs/benchmarks.md).
 - Order: by priority (FINAL, then UPDATE, then BACKGROUND), round-robin between sessions within
   a priority, so that no session waits behind another's stream of jobs. A BACKGROUND job
   (translation, REST upload) that has waited ``background_wait`` seconds ranks as an UPDATE.
