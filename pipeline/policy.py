@@ -6,8 +6,11 @@ newly committed words, the partial tail and how much audio it still needs. `fini
 
 LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRProcessor):
 - each update re-decodes the uncommitted buffer, with text committed before it as the prompt;
-- the longest common prefix of the last two hypotheses (after the committed words) is committed,
-  except a word the newest hypothesis is unsure of (probability < min_probability): Whisper's
+- the longest common prefix of the newest hypothesis and the one before it (after the committed
+  words) is committed; with ``agree_gap`` the partner is the newest hypothesis whose audio ended at
+  least that many seconds earlier, so frequent updates (partials sooner) do not make agreement cheaper:
+  two decodes 0.25 s apart hear nearly the same audio and agree on its guesses too;
+  the committed prefix excludes a word the newest hypothesis is unsure of (probability < min_probability): Whisper's
   guesses can agree twice, so an unsure word needs the last three hypotheses to agree on it, or
   `confident_after` seconds of audio after it. While the buffer is shorter than `short_window`
   (an utterance's first seconds) only the time rule counts: on so little audio Whisper's guesses
@@ -100,6 +103,8 @@ class LocalAgreementOptions:
         short_window: see agree_thrice.
         keep_context: a sentence-end trim leaves at least this many seconds of committed audio before the
             first uncommitted word (or the audio's end); 0 cuts at the last committed sentence end.
+        agree_gap: seconds of audio a hypothesis' partner in agreement must be older by (the newest such
+            hypothesis; three-way agreement likewise takes the partner's partner); 0: the previous one.
     """
 
     trim_after: float = 12.0
@@ -111,6 +116,10 @@ class LocalAgreementOptions:
     short_window: float = 3.0
     confident_after: float = 3.0
     keep_context: float = 0.0
+    agree_gap: float = 0.0
+
+
+HISTORY = 16  # hypotheses kept as agreement partners (agree_gap / update interval of them are needed)
 
 
 class StreamingPolicy(Protocol):
@@ -160,8 +169,9 @@ class LocalAgreement:
     audio_end: float = 0.0
     committed: list[Word] = field(default_factory=list)  # every committed word, for the prompt
     _in_buffer: list[Word] = field(default_factory=list)  # committed words inside the buffer
-    _previous: list[Word] = field(default_factory=list)  # uncommitted tail of the last hypothesis
-    _older: list[Word] = field(default_factory=list)  # the same of the one before it
+    # recent hypotheses, oldest first, as (audio end in seconds, uncommitted tail), the tails aligned with
+    # what is still uncommitted; the last one is the partial
+    _history: list[tuple[float, list[Word]]] = field(default_factory=list)
     _last_end: float = 0.0  # end of the last committed word
 
     # ---- the protocol ----
@@ -177,8 +187,9 @@ class LocalAgreement:
     def process(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
         o = self.options
-        twice = _common_prefix(new, self._previous)
-        thrice = _common_prefix(new, self._previous, self._older) if o.agree_thrice else 0
+        partners = self._partners()
+        twice = _common_prefix(new, partners[0]) if partners else 0
+        thrice = _common_prefix(new, *partners) if o.agree_thrice and len(partners) > 1 else 0
         short = self.audio_end - self.buffer_start < o.short_window
         agreed = 0
         while agreed < twice:
@@ -188,14 +199,13 @@ class LocalAgreement:
                 break
             agreed += 1
         commit = new[:agreed]
-        self._older = self._previous[agreed:]  # aligned with what is still uncommitted
-        self._previous = new[agreed:]
-        if self.audio_end - self.buffer_start > self.options.max_buffer and self._previous:
-            commit = commit + self._previous  # the buffer must not grow further: commit by force
-            self._previous, self._older = [], []
+        self._advance(commit, new[agreed:])
+        if self.audio_end - self.buffer_start > self.options.max_buffer and self.partial:
+            commit = commit + new[agreed:]  # the buffer must not grow further: commit by force
+            self._history = []
         self._commit(commit)
         self._trim()
-        return PolicyUpdate(tuple(commit), tuple(self._previous), self.buffer_start)
+        return PolicyUpdate(tuple(commit), self.partial, self.buffer_start)
 
     def pause(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
@@ -203,14 +213,14 @@ class LocalAgreement:
         while sure < len(new) and new[sure].probability >= self.options.min_probability:
             sure += 1
         self._commit(new[:sure])
-        self._previous, self._older = new[sure:], []
+        self._history = [(self.audio_end, new[sure:])] if new[sure:] else []
         self._trim()
-        return PolicyUpdate(tuple(new[:sure]), tuple(self._previous), self.buffer_start)
+        return PolicyUpdate(tuple(new[:sure]), self.partial, self.buffer_start)
 
     def finish(self, words: Sequence[Word], reset: bool = True) -> PolicyUpdate:
         commit = self._new_words(words)
         self._commit(commit)
-        self._previous, self._older = [], []
+        self._history = []
         if reset:
             self._in_buffer = []
             self.buffer_start = max(self.buffer_start, self.audio_end)
@@ -219,7 +229,7 @@ class LocalAgreement:
         return PolicyUpdate(tuple(commit), (), self.buffer_start)
 
     def skip(self, to: float) -> None:
-        if not self._previous:
+        if not self.partial:
             self.audio_end = max(self.audio_end, to)
             self.buffer_start = max(self.buffer_start, to)
             self._in_buffer = [w for w in self._in_buffer if w.end > self.buffer_start]
@@ -227,7 +237,26 @@ class LocalAgreement:
     # ---- helpers ----
     @property
     def partial(self) -> tuple[Word, ...]:
-        return tuple(self._previous)
+        return tuple(self._history[-1][1]) if self._history else ()
+
+    def _partners(self) -> list[list[Word]]:
+        """The tails the newest hypothesis must agree with: the newest hypothesis whose audio ended
+        agree_gap seconds before this one's, then the newest agree_gap before that (at most two)."""
+        found, limit = [], self.audio_end
+        for end, tail in reversed(self._history):
+            if end <= limit - self.options.agree_gap + 1e-6:
+                found.append(tail)
+                if len(found) == 2:
+                    break
+                limit = end
+        return found
+
+    def _advance(self, commit: Sequence[Word], tail: list[Word]) -> None:
+        """Record the newest hypothesis' tail; drop the committed words from the older tails (a tail that
+        does not start with them cannot agree with what follows them, so it goes)."""
+        n, said = len(commit), [normalize_word(w.text) for w in commit]
+        kept = [(end, old[n:]) for end, old in self._history if [normalize_word(w.text) for w in old[:n]] == said]
+        self._history = (kept + [(self.audio_end, tail)])[-HISTORY:]
 
     def _new_words(self, words: Sequence[Word]) -> list[Word]:
         """The hypothesis minus what is already committed: by time, then by an n-gram overlap."""
@@ -254,7 +283,8 @@ class LocalAgreement:
         """Move the buffer start to a committed sentence end (or any committed word when long)."""
         if not self._in_buffer:
             return
-        limit = self._previous[0].start - self.options.min_trim_gap if self._previous else float("inf")
+        partial = self.partial
+        limit = partial[0].start - self.options.min_trim_gap if partial else float("inf")
         context_end = min(limit, self.audio_end) - self.options.keep_context  # a sentence cut keeps this much
         cut = None
         for w in self._in_buffer:

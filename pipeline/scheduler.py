@@ -27,6 +27,10 @@ loop): start jobs, one decode step, resume the programs whose decode finished, a
 - Idle work: with ``--adapt-draft`` (models/adapt.py) the engine's draft adapter runs one short
   unit of training at a time, and only while no job runs or waits; a job that arrives meanwhile
   waits for that unit at most (AdaptStats.longest_unit_ms).
+- Threads: the model thread is the only one that runs torch. The thread that starts it (the event
+  loop's) releases its own OpenMP pool first, left there by a model load or a decode before the
+  scheduler: with two pools on a 2-core machine libgomp stops spin-waiting and every kernel of the
+  model thread waits for a wake-up (models/openmp.py; passes took twice as long).
 - Memory: once the model has been idle for ``idle_trim_s``, freed heap memory goes back to the OS
   (pipeline/memory.py), so a server's RSS does not creep up with allocator fragmentation.
 """
@@ -44,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, TypeVar
 
 from specscribe.models.engines import SequentialDecodeLoop, Transcriber
+from specscribe.models.openmp import release_openmp_pool
 from specscribe.pipeline.lanes import DecodeCall
 from specscribe.pipeline.load import LagMeter, Load, LoadPolicy
 from specscribe.pipeline.memory import release_free_memory
@@ -145,6 +150,7 @@ class ModelScheduler:
             self._model_s.setdefault(session_id, 0.0)
             self._waiting.setdefault((session_id, job.priority), collections.deque()).append(job)
             if self._thread is None:
+                release_openmp_pool()  # this thread leaves torch to the model thread (module doc)
                 self._thread = threading.Thread(target=self._work, name="model", daemon=True)
                 self._thread.start()
             self._cond.notify()

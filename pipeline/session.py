@@ -66,7 +66,8 @@ class StreamSession:
             vad = SileroVad(vad_opts) if options.vad else NoVad()
         self._vad = vad
         self._policy = policy or LocalAgreement(
-            LocalAgreementOptions(options.trim_after, options.max_buffer, keep_context=options.keep_context)
+            LocalAgreementOptions(options.trim_after, options.max_buffer, keep_context=options.keep_context,
+                                  agree_gap=options.agree_gap)
         )
         self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))
         self._pending: collections.deque[np.ndarray] = collections.deque()

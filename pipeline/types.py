@@ -84,6 +84,8 @@ class StreamOptions:
         translate: also emit an English `translation` event for each final.
         interim_results: emit `partial` events.
         update_interval: seconds of new audio between decode updates.
+        agree_gap: seconds of audio between two hypotheses that agree on a word before it is final
+            (pipeline/policy.py; 0: successive updates, however close).
         max_buffer: seconds of uncommitted audio kept at most (a Whisper window is 30 s).
         vad_threshold: Silero speech probability above which a frame is speech.
         min_silence: seconds of silence that end an utterance (speech_end, flush).
@@ -117,6 +119,7 @@ class StreamOptions:
     translate: bool = False
     interim_results: bool = True
     update_interval: float = 0.5
+    agree_gap: float = 0.0
     max_buffer: float = 25.0
     vad_threshold: float = 0.5
     min_silence: float = 0.6

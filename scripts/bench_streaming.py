@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import copy
 import dataclasses
 import difflib
@@ -70,11 +71,13 @@ class Config:
     pause_commit: float | None = DEFAULT.pause_commit
     keep_context: float = DEFAULT.keep_context
     update_interval: float | None = None  # None: --update-interval
+    agree_gap: float = DEFAULT.agree_gap
     language: str | None = "en"  # None: detected (pipeline/language.py)
     query_block: int = 0  # attention query rows per call of a target pass (0: the engine's default)
     pass_rows: int = 0  # rows per block of a target pass (0: the engine's default)
     draft_policy: str = "measured"  # with draft auto: measured (the bandit) or fixed (models/draft_policy.py)
     plain_encoder: bool = False  # the encoder unpacked (F.linear, then F.gelu), as before models/compute.py pack_encoder
+    stale_pool: bool = False  # the loop's thread keeps an OpenMP pool beside the model thread's (models/openmp.py)
 
 
 CONFIGS = {
@@ -93,9 +96,12 @@ CONFIGS = {
     "spec-autolang": Config(language=None),
     "spec-u03": Config(update_interval=0.3),
     "spec-u02": Config(update_interval=0.2),
+    "spec-u025": Config(update_interval=0.25),
+    "spec-u025g": Config(update_interval=0.25, agree_gap=0.5),  # updates every 0.25 s, agreement 0.5 s apart
     "spec-qb1": Config(query_block=1),  # every attention row its own call (the engine before query blocks)
     "spec-shape8x4": Config(pass_rows=8, query_block=4),  # AVX512-BF16's pass shape (AMX's before 2026-12-04)
     "spec-plainenc": Config(plain_encoder=True),  # the encoder without prepacked linears and fused GELU
+    "spec-stalepool": Config(stale_pool=True),  # as before the scheduler released the loop thread's OpenMP pool
     "ct2": Config(engine="ct2", draft="none"),
     "ct2+translate": Config(engine="ct2", draft="none", translate=True),
     "ct2-fullwindow": Config(engine="ct2", draft="none", encoder_pad=30.0),
@@ -182,6 +188,26 @@ async def simulate(transcriber, audio: np.ndarray, options: StreamOptions, chunk
     events += await call(session.finish)
     await scheduler.close()
     return events
+
+
+@contextlib.contextmanager
+def stale_openmp_pool(keep: bool):
+    """While entered with keep, this thread holds an OpenMP pool (a kernel run here, as a model load or a
+    decode leaves one) and the scheduler does not release it: the model thread's kernels then run as they
+    did before it did (models/openmp.py)."""
+    if not keep:
+        yield
+        return
+    import torch
+
+    from specscribe.pipeline import scheduler
+
+    torch.ones(1 << 20).sum()  # big enough to run on every intra-op thread
+    saved, scheduler.release_openmp_pool = scheduler.release_openmp_pool, lambda: False
+    try:
+        yield
+    finally:
+        scheduler.release_openmp_pool = saved
 
 
 def commit_kinds(events) -> dict[int, str]:
@@ -286,14 +312,15 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
     options = StreamOptions(
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
-        keep_context=c.keep_context,
+        keep_context=c.keep_context, agree_gap=c.agree_gap,
     )
     all_p, all_f, per_clip, wers = [], [], {}, []
     totals = {"audio_s": 0.0, "compute_s": 0.0, "charged_s": 0.0, "wall_s": 0.0, "tokens": 0, "target_passes": 0}
     for name, audio in clips.items():
         t0, c0 = time.perf_counter(), time.process_time()
         timer = time.perf_counter if args.charge == "wall" else cpu_clock(args.threads)
-        events = asyncio.run(simulate(tr, audio, options, args.chunk, timer))
+        with stale_openmp_pool(c.stale_pool):
+            events = asyncio.run(simulate(tr, audio, options, args.chunk, timer))
         wall = time.perf_counter() - t0
         charged = wall if args.charge == "wall" else (time.process_time() - c0) / args.threads
         stats = next(e.stats for e in events if e.type == "stats")

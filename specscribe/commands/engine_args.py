@@ -63,8 +63,11 @@ def engine_options(args: argparse.Namespace):
 
 
 def add_streaming_args(group) -> None:
-    """--update-interval, --encoder-pad and --pause-commit (StreamOptions), for live and serve."""
+    """--update-interval, --agree-gap, --encoder-pad and --pause-commit (StreamOptions), for live and serve."""
     group.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between updates")
+    group.add_argument("--agree-gap", type=float, default=0.0, metavar="SECONDS",
+                       help="a word is final once two hypotheses at least this much audio apart agree on it "
+                       "(0: two successive updates; useful with a short --update-interval)")
     group.add_argument("--encoder-pad", type=float, default=5.0, metavar="SECONDS",
                        help="each update encodes the buffer plus this much padding instead of a 30 s window "
                        "(faster; 30 = the full window, as batch transcription; default: %(default)s)")

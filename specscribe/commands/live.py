@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--realtime needs --input FILE")
     if args.update_interval <= 0 or args.update_interval > 5:
         return _fail("--update-interval must be in (0, 5] seconds")
+    if not 0 <= args.agree_gap <= 5:
+        return _fail("--agree-gap must be in [0, 5] seconds")
     if not 1 <= args.beam_size <= 8:
         return _fail("--beam-size must be from 1 to 8")
     try:
@@ -109,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         translate=args.translate,
         interim_results=not args.no_partials,
         update_interval=args.update_interval,
+        agree_gap=args.agree_gap,
         encoder_pad=args.encoder_pad,
         pause_commit=pause_commit(args),
         draft=args.draft != "none",

@@ -214,3 +214,30 @@ def test_ends_sentence_knows_abbreviations_and_initials():
         assert ends_sentence(text), text
     for text in (" Mr.", " Mrs.", " Dr.", " e.g.", " i.e.", " J.", " vs.", " St.", " z.B.", " and", " you,", ""):
         assert not ends_sentence(text), text
+
+
+def _feed(p: LocalAgreement, hyps: list[tuple[float, str]]) -> list[list[str]]:
+    """Each (audio end, hypothesis) in turn; what each update committed."""
+    out = []
+    for end, h in hyps:
+        p.insert_audio(end)
+        out.append(texts(p.process(words(h)).committed))
+    return out
+
+
+def test_agree_gap_pairs_a_hypothesis_with_one_heard_that_much_earlier():
+    hyps = [(1.0, "a b"), (1.25, "a b c"), (1.5, "a b c"), (1.75, "a b c d")]
+    # successive updates 0.25 s apart agree at once
+    assert _feed(LocalAgreement(), hyps) == [[], ["a", "b"], ["c"], []]
+    # with a 0.5 s gap, 1.25 has no partner yet (1.0 is too close); 1.5 agrees with 1.0 on "a b",
+    # 1.75 with 1.25 on "c" (its tail once "a b" was committed)
+    p = LocalAgreement(LocalAgreementOptions(agree_gap=0.5))
+    assert _feed(p, hyps) == [[], [], ["a", "b"], ["c"]]
+    assert texts(p.partial) == ["d"]
+
+
+def test_agree_gap_commits_nothing_against_an_older_hypothesis_that_disagrees():
+    # 1.5's partner is 1.0 ("x y c"): nothing agrees; 1.75's is 1.25 ("a b"); 2.0's is 1.5 (tail "c")
+    p = LocalAgreement(LocalAgreementOptions(agree_gap=0.5))
+    got = _feed(p, [(1.0, "x y c"), (1.25, "a b"), (1.5, "a b c"), (1.75, "a b c"), (2.0, "a b c e")])
+    assert got == [[], [], [], ["a", "b"], ["c"]]

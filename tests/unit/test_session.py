@@ -691,3 +691,17 @@ def test_from_load_level_2_decodes_drop_the_kept_context():
         return max(max(a - pad for a, _ in intervals if a - pad < off + dur) - off for off, dur in wins)
     assert reach_back(windows[0]) > 2.0  # the sentences before it, as context
     assert reach_back(windows[2]) < 0.05
+
+
+def test_agree_gap_reaches_the_policy_and_the_cli(capsys):
+    """StreamOptions.agree_gap is the session policy's (pipeline/policy.py tests its rule); `live` and `serve`
+    take it as --agree-gap and refuse a negative one."""
+    from specscribe.cli import build_parser, main
+
+    session = StreamSession(ModelScheduler(object()), StreamOptions(vad=False, agree_gap=0.5), "s")
+    assert session._policy.options.agree_gap == 0.5
+    for command in ("live", "serve"):
+        assert build_parser().parse_args([command, "--agree-gap", "0.5"]).agree_gap == 0.5
+        assert build_parser().parse_args([command]).agree_gap == StreamOptions().agree_gap
+    assert main(["live", "--input", "missing.wav", "--agree-gap", "-1"]) != 0
+    assert "--agree-gap must be" in capsys.readouterr().err
