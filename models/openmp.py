@@ -22,15 +22,14 @@ to the model thread. A thread that runs torch later gets a new pool (and the slo
 from __future__ import annotations
 
 import ctypes
-import functools
 from pathlib import Path
 
 OMP_PAUSE_SOFT = 1  # omp_pause_resource_t: free the threads, keep what can be kept
 
 
-@functools.cache
 def _runtimes() -> tuple[ctypes.CDLL, ...]:
-    """The OpenMP runtimes loaded in this process that can release a pool (Linux: from /proc/self/maps)."""
+    """The OpenMP runtimes loaded in this process now that can release a pool (Linux: from /proc/self/maps;
+    read at each call: a runtime loaded later, with the engine, counts too)."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:  # not Linux: nothing to do here
@@ -50,8 +49,7 @@ def _runtimes() -> tuple[ctypes.CDLL, ...]:
 
 def release_openmp_pool() -> bool:
     """Free the calling thread's OpenMP worker threads (if it has any). True if a runtime took the call.
-    Call it outside torch work only: between kernels, never from inside one."""
-    import torch  # noqa: F401  (loads the runtime that holds the pools)
-
+    Call it outside torch work only: between kernels, never from inside one. A runtime not loaded yet holds
+    no pool, so none is loaded here."""
     released = [lib.omp_pause_resource_all(OMP_PAUSE_SOFT) == 0 for lib in _runtimes()]  # every runtime: no short cut
     return any(released)
