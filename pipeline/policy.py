@@ -119,9 +119,6 @@ class LocalAgreementOptions:
     agree_gap: float = 0.0
 
 
-HISTORY = 16  # hypotheses kept as agreement partners (agree_gap / update interval of them are needed)
-
-
 class StreamingPolicy(Protocol):
     """insert_audio / window / process / finish; pure state, no model."""
 
@@ -170,7 +167,8 @@ class LocalAgreement:
     committed: list[Word] = field(default_factory=list)  # every committed word, for the prompt
     _in_buffer: list[Word] = field(default_factory=list)  # committed words inside the buffer
     # recent hypotheses, oldest first, as (audio end in seconds, uncommitted tail), the tails aligned with
-    # what is still uncommitted; the last one is the partial
+    # what is still uncommitted; the last one is the partial. None older than the oldest partner is kept
+    # (partners only move forward), so it spans about two agree_gap of updates
     _history: list[tuple[float, list[Word]]] = field(default_factory=list)
     _last_end: float = 0.0  # end of the last committed word
 
@@ -187,7 +185,8 @@ class LocalAgreement:
     def process(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
         o = self.options
-        partners = self._partners()
+        found = self._partners()
+        partners = [self._history[i][1] for i in found]
         twice = _common_prefix(new, partners[0]) if partners else 0
         thrice = _common_prefix(new, *partners) if o.agree_thrice and len(partners) > 1 else 0
         short = self.audio_end - self.buffer_start < o.short_window
@@ -199,7 +198,7 @@ class LocalAgreement:
                 break
             agreed += 1
         commit = new[:agreed]
-        self._advance(commit, new[agreed:])
+        self._advance(commit, new[agreed:], found[-1] if len(found) == 2 else 0)
         if self.audio_end - self.buffer_start > self.options.max_buffer and self.partial:
             commit = commit + new[agreed:]  # the buffer must not grow further: commit by force
             self._history = []
@@ -239,24 +238,27 @@ class LocalAgreement:
     def partial(self) -> tuple[Word, ...]:
         return tuple(self._history[-1][1]) if self._history else ()
 
-    def _partners(self) -> list[list[Word]]:
-        """The tails the newest hypothesis must agree with: the newest hypothesis whose audio ended
+    def _partners(self) -> list[int]:
+        """Indices in _history of the hypotheses the newest must agree with: the newest whose audio ended
         agree_gap seconds before this one's, then the newest agree_gap before that (at most two)."""
         found, limit = [], self.audio_end
-        for end, tail in reversed(self._history):
+        for i in range(len(self._history) - 1, -1, -1):
+            end = self._history[i][0]
             if end <= limit - self.options.agree_gap + 1e-6:
-                found.append(tail)
+                found.append(i)
                 if len(found) == 2:
                     break
                 limit = end
         return found
 
-    def _advance(self, commit: Sequence[Word], tail: list[Word]) -> None:
-        """Record the newest hypothesis' tail; drop the committed words from the older tails (a tail that
-        does not start with them cannot agree with what follows them, so it goes)."""
+    def _advance(self, commit: Sequence[Word], tail: list[Word], keep_from: int) -> None:
+        """Record the newest hypothesis' tail; forget the hypotheses before index keep_from (older than the
+        oldest partner: no later hypothesis can pair with them) and drop the committed words from the other
+        tails (a tail that does not start with them cannot agree with what follows them, so it goes)."""
         n, said = len(commit), [normalize_word(w.text) for w in commit]
-        kept = [(end, old[n:]) for end, old in self._history if [normalize_word(w.text) for w in old[:n]] == said]
-        self._history = (kept + [(self.audio_end, tail)])[-HISTORY:]
+        kept = [(end, old[n:]) for end, old in self._history[keep_from:]
+                if [normalize_word(w.text) for w in old[:n]] == said]
+        self._history = kept + [(self.audio_end, tail)]
 
     def _new_words(self, words: Sequence[Word]) -> list[Word]:
         """The hypothesis minus what is already committed: by time, then by an n-gram overlap."""

@@ -241,3 +241,14 @@ def test_agree_gap_commits_nothing_against_an_older_hypothesis_that_disagrees():
     p = LocalAgreement(LocalAgreementOptions(agree_gap=0.5))
     got = _feed(p, [(1.0, "x y c"), (1.25, "a b"), (1.5, "a b c"), (1.75, "a b c"), (2.0, "a b c e")])
     assert got == [[], [], [], ["a", "b"], ["c"]]
+
+
+def test_agree_gap_finds_a_partner_many_updates_back_and_keeps_no_more_than_it_needs():
+    # a 5 s gap at 0.25 s updates: the partner is 20 hypotheses back (a fixed cap on kept hypotheses would lose it)
+    p = LocalAgreement(LocalAgreementOptions(agree_gap=5.0, short_window=0.0))
+    got = _feed(p, [(1.0 + 0.25 * i, "a b") for i in range(21)])
+    assert got[:20] == [[]] * 20 and got[20] == ["a", "b"]
+    # successive updates (no gap) keep only the two partners and the newest
+    p = LocalAgreement()
+    _feed(p, [(1.0 + 0.25 * i, "a b c d e f g h"[: 2 * (i % 4) + 1]) for i in range(40)])
+    assert len(p._history) <= 3

@@ -703,5 +703,6 @@ def test_agree_gap_reaches_the_policy_and_the_cli(capsys):
     for command in ("live", "serve"):
         assert build_parser().parse_args([command, "--agree-gap", "0.5"]).agree_gap == 0.5
         assert build_parser().parse_args([command]).agree_gap == StreamOptions().agree_gap
-    assert main(["live", "--input", "missing.wav", "--agree-gap", "-1"]) != 0
-    assert "--agree-gap must be" in capsys.readouterr().err
+    for argv in (["live", "--input", "missing.wav"], ["serve", "--port", "0"]):
+        assert main([*argv, "--agree-gap", "-1"]) != 0
+        assert "--agree-gap must be" in capsys.readouterr().err
