@@ -18,9 +18,11 @@ own sequence:
 - row-wise work (LayerNorm, linears, GELU, output head) runs on blocks of exactly
   ``PassShape.rows`` rows, zero-padded (``RowBlocks``), except a prompt: one call of its own rows,
   as it is always prefilled (below);
-- attention runs per sequence over its own keys, in calls of exactly ``PassShape.query_block``
+- attention runs per sequence over its own keys, in blocks of exactly ``PassShape.query_block``
   query rows, zero-padded: within one query length a row gets the same bits at every place of
-  the call and whatever the other rows hold, as for the linears.
+  the block and whatever the other rows hold, as for the linears. On CPU a sequence's blocks that
+  read the same keys share one kernel call, stacked where the kernel puts heads
+  (``stacked_attention``): each block is then a work item of its own, with the bits it gets alone.
   - Self-attention (``attend``): a sequence's prompt is attended as one group of rows (it is
     always prefilled as that same group: by the reference loop, by a verify pass that appends
     drafts, alone or batched). Every later row goes in the block of query_block positions that
@@ -129,10 +131,10 @@ def attend(
     shape None: one call over all T rows and L keys with `mask` (fastest; the kernel depends on
     T). With a shape (batch-invariant): rows [0, group) in one call over the keys the group's last row reads;
     every later row in the block of ``shape.query_block`` positions that holds its own position
-    (block b holds positions b*query_block ..), one call per block over the keys the block's last
-    position reads, absent positions as zero queries. A row's call then depends on its position
-    alone: its slot, its key length and its mask are the same in a one-token step, a verify pass
-    or a batch.
+    (block b holds positions b*query_block ..), over the keys the block's last position reads,
+    absent positions as zero queries. A row's block then depends on its position alone: its slot,
+    its key length and its mask are the same in a one-token step, a verify pass or a batch. Blocks
+    over the same key length go through ``stacked_attention`` together, each with its own bits.
     """
     if shape is None:
         out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask)  # (1, H, T, Dh)
@@ -142,17 +144,95 @@ def attend(
     if group:
         n = shape.key_length(start + group - 1, capacity)
         out[:group] = attend(q[:group], keys[:, :, :n], values[:, :, :n], causal_mask(start, group, n, q.device))
-    first = start + group
-    for b0 in range(first - first % size, start + t, size):  # b0: the block's first position
-        lo, hi = max(b0, first), min(b0 + size, start + t)  # the rows of this pass in the block
-        n = shape.key_length(b0 + size - 1, capacity)
-        block = q[lo - start : hi - start]  # (hi - lo, H, Dh)
-        if hi - lo < size:
-            block = torch.cat([q.new_zeros(lo - b0, *q.shape[1:]), block, q.new_zeros(b0 + size - hi, *q.shape[1:])])
-        got = F.scaled_dot_product_attention(block.transpose(0, 1)[None], keys[:, :, :n], values[:, :, :n],
-                                             attn_mask=_block_mask(b0, size, n, q.device))  # (1, H, size, Dh)
-        out[lo - start : hi - start] = got[0, :, lo - b0 : hi - b0].transpose(0, 1)
+    first, end = start + group, start + t  # the later rows' positions: [first, end)
+    if first == end:
+        return out
+    b_first = first - first % size  # the first block's first position
+    count = -(-(end - b_first) // size)  # blocks
+    rows = q[group:]
+    if count * size != end - first:  # absent positions of the first and last block: zero queries
+        before, after = first - b_first, b_first + count * size - end
+        rows = torch.cat([q.new_zeros(before, *q.shape[1:]), rows, q.new_zeros(after, *q.shape[1:])])
+    if count == 1:  # a one-token step, most often: its block alone
+        n = shape.key_length(b_first + size - 1, capacity)
+        got = _one_call(rows, keys[:, :, :n], values[:, :, :n], _block_mask(b_first, size, n, q.device))
+        out[group:] = got[first - b_first : end - b_first]
+        return out
+    blocks = rows.reshape(count, size, *q.shape[1:])  # (count, size, H, Dh)
+    lengths = [shape.key_length(b_first + (i + 1) * size - 1, capacity) for i in range(count)]
+    got, i = [], 0
+    for n, same in itertools.groupby(lengths):  # consecutive blocks over the same key length: one call
+        j = i + len(list(same))
+        masks = [_block_mask(b_first + b * size, size, n, q.device) for b in range(i, j)]  # (size, n) each
+        masks = masks[0][None] if len(masks) == 1 else torch.stack(masks)  # (j - i, size, n)
+        got.append(stacked_attention(blocks[i:j], keys[:, :, :n], values[:, :, :n], masks))
+        i = j
+    got = got[0] if len(got) == 1 else torch.cat(got)  # (count, size, H, Dh)
+    out[group:] = got.reshape(-1, *q.shape[1:])[first - b_first : end - b_first]
     return out
+
+
+def stacked_attention(
+    blocks: torch.Tensor,  # (B, size, H, Dh): query blocks that read the same keys
+    keys: torch.Tensor,  # (1, H, n, Dh)
+    values: torch.Tensor,  # (1, H, n, Dh)
+    masks: torch.Tensor | None,  # (B, size, n) bool, True = attend; None = every key
+) -> torch.Tensor:  # (B, size, H, Dh)
+    """Each block's attention, bitwise what a call of its own (``size`` query rows) gives.
+
+    On CPU the blocks go in one call, placed where torch's kernel expects heads: its flash kernel
+    computes one work item per (batch, head) pair, so a block's bits need not depend on its
+    companions, and the blocks that read one head's keys run one after another while those keys are
+    in cache (a 33-row cross-attention 1.36 against 1.91 ms in 33 calls, AMX Xeon). That holds where
+    ``stacking_keeps_bits`` finds it so on this machine (an earlier torch on an AMD EPYC gave a
+    float32 query other bits in a batch than alone); elsewhere, and on CUDA (whose kernels split the
+    keys by the number of work items), each block keeps a call of its own.
+    """
+    count, size, heads, dim = blocks.shape
+    if count > 1 and blocks.device.type == "cpu" and stacking_keeps_bits(blocks.dtype, heads, dim, size, masks is not None):
+        return _stacked_call(blocks, keys, values, masks)
+    outs = [_one_call(b, keys, values, None if masks is None else masks[i]) for i, b in enumerate(blocks)]
+    return outs[0][None] if len(outs) == 1 else torch.stack(outs)
+
+
+@functools.cache
+def stacking_keeps_bits(dtype: torch.dtype, heads: int, dim: int, size: int, masked: bool) -> bool:
+    """Whether torch's CPU attention gives a query block stacked with others (``stacked_attention``) the
+    bits it gets alone, on this machine, for blocks of this dtype and shape: a probe on random data over
+    600 keys (two of the kernel's key blocks), at 2 and 9 blocks. Read once per shape (2-3 ms, AMX Xeon)."""
+    gen = torch.Generator().manual_seed(0)
+    n = 600
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype)
+
+    keys, values = rand(1, heads, n, dim), rand(1, heads, n, dim)
+    for count in (2, 9):
+        blocks = rand(count, size, heads, dim)
+        masks = torch.stack([causal_mask((131 * i + 50) % (n - size), size, n, "cpu") for i in range(count)]) if masked else None
+        got = _stacked_call(blocks, keys, values, masks)
+        for i in (0, count - 1):
+            if not torch.equal(got[i], _one_call(blocks[i], keys, values, None if masks is None else masks[i])):
+                return False
+    return True
+
+
+def _stacked_call(blocks: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
+    """Query blocks (B, size, H, Dh) over the same keys and values (1, H, n, Dh) in one call, masks (B, size, n) ->
+    (B, size, H, Dh): heads as the batch, blocks as the heads, keys and values expanded without a copy."""
+    count = blocks.shape[0]
+    got = F.scaled_dot_product_attention(
+        blocks.permute(2, 0, 1, 3),  # (H, B, size, Dh)
+        keys[0][:, None].expand(-1, count, -1, -1),  # (H, B, n, Dh)
+        values[0][:, None].expand(-1, count, -1, -1),
+        attn_mask=None if masks is None else masks[None],  # (1, B, size, n)
+    )  # (H, B, size, Dh)
+    return got.permute(1, 2, 0, 3)
+
+
+def _one_call(block: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """One query block's attention: block (size, H, Dh), keys and values (1, H, n, Dh), mask (size, n) -> (size, H, Dh)."""
+    return F.scaled_dot_product_attention(block.transpose(0, 1)[None], keys, values, attn_mask=mask)[0].transpose(0, 1)
 
 
 def causal_mask(first: int, rows: int, keys: int, device: torch.device | str) -> torch.Tensor:
@@ -178,10 +258,11 @@ def attend_blocks(
         head = attend(q[:group], keys, values, None)  # (group, H, Dh)
         return head if group == q.shape[0] else torch.cat([head, attend_blocks(q[group:], keys, values, block)])
     t = q.shape[0]
-    padded = RowBlocks(block, t).pad(q).transpose(0, 1)[None]  # (1, H, T_pad, Dh)
-    out = torch.cat([F.scaled_dot_product_attention(padded[:, :, i : i + block], keys, values)
-                     for i in range(0, padded.shape[2], block)], dim=2)  # (1, H, T_pad, Dh)
-    return out[0, :, :t].transpose(0, 1)
+    padded = RowBlocks(block, t).pad(q)  # (T_pad, H, Dh)
+    if t <= block:  # a one-token step, most often: one block
+        return _one_call(padded, keys, values, None)[:t]
+    got = stacked_attention(padded.view(-1, block, *q.shape[1:]), keys, values, None)  # (blocks, block, H, Dh)
+    return got.reshape(-1, *q.shape[1:])[:t]
 
 
 def cross_attend_plain(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

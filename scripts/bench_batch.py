@@ -11,7 +11,9 @@ decoding are included on every side, as a user meets them:
 - with ``--variant NAME=ARGS``: ``specscribe_b{default}_NAME``, the default side with extra
   transcribe arguments (an engine setting timed against the default in the same run);
 - with ``--beam N``: ``specscribe_b{default}_beamN`` (`--beam-size N`) and ``fw_transcribe_beamN``
-  (faster-whisper's default mode: beam 5), beam search against beam search.
+  (faster-whisper's default mode: beam 5), beam search against beam search;
+- with ``--base PYTHON``: ``base``, the default side run by another checkout's python (the tree before a
+  change, e.g. a worktree's), from outside this checkout so that its own ``specscribe`` is imported.
 With ``--device cuda`` the specscribe sides run the spec engine on the GPU; ``--no-fw`` leaves
 faster-whisper's sides out (a machine without CTranslate2's CUDA libraries): the lecture is then
 compared with the default side's text.
@@ -55,9 +57,13 @@ def run_side(side: str, files: list[Path], args: argparse.Namespace, work: Path)
     out = work / side
     out.mkdir(parents=True, exist_ok=True)
     side_name, _, beam_part = side.partition("_beam")
-    if side.startswith("specscribe"):
+    cwd = None
+    if side.startswith("specscribe") or side == "base":
         size, _, variant = side_name.removeprefix("specscribe_b").partition("_")
-        cmd = [sys.executable, "-m", "specscribe", "transcribe", *map(str, files), "-f", "json", "-o", str(out),
+        python = sys.executable
+        if side == "base":
+            python, size, variant, cwd = args.base, args.batch_sizes.split(",")[0], "", tempfile.gettempdir()
+        cmd = [python, "-m", "specscribe", "transcribe", *map(str, files), "-f", "json", "-o", str(out),
                "-q", "--batch-size", size, "--beam-size", beam_part or "1", "--device", args.device,
                *args.variants.get(variant, ())]
     else:
@@ -68,9 +74,9 @@ def run_side(side: str, files: list[Path], args: argparse.Namespace, work: Path)
         cmd = [sys.executable, "-c", FW_SCRIPT, str(resolve_model(args.model)), mode, beam, str(out / "texts.json"),
                *map(str, files)]
     started = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, timeout=3600)
+    subprocess.run(cmd, check=True, capture_output=True, timeout=3600, cwd=cwd)
     wall = time.perf_counter() - started
-    if side.startswith("specscribe"):
+    if side.startswith("specscribe") or side == "base":
         texts = {str(f): json.loads((out / f"{f.stem}.json").read_text())["text"] for f in files}
     else:
         texts = json.loads((out / "texts.json").read_text())
@@ -92,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                         help="also specscribe at the default batch size with these extra transcribe arguments, "
                         "side specscribe_b{size}_NAME (e.g. 'qb4=--pass-rows 8 --query-block 4'); repeatable")
+    parser.add_argument("--base", metavar="PYTHON", help="also side base: the default side run by this python "
+                        "(another checkout's, e.g. the tree before a change)")
     args = parser.parse_args(argv)
     args.variants = {}
     for item in args.variant:
@@ -113,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = [f for f, _ in files]
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     sides = [f"specscribe_b{s}" for s in sizes] + [f"specscribe_b{sizes[0]}_{v}" for v in args.variants]
+    sides += ["base"] if args.base else []
     sides += [] if args.no_fw else ["fw_transcribe", "fw_batched"]
     if args.beam > 1:
         sides += [f"specscribe_b{sizes[0]}_beam{args.beam}"] + ([] if args.no_fw else [f"fw_transcribe_beam{args.beam}"])

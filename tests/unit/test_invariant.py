@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specscribe.models import invariant
 from specscribe.models.compute import PackedLinear, pack_decoder
-from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks
+from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks, causal_mask, stacked_attention
 from specscribe.models.weights import WhisperDims
 from specscribe.models.whisper import PassPart, WhisperModel
 
@@ -128,6 +129,35 @@ def test_attend_groups_the_prompt_and_puts_each_later_row_in_its_position_block(
     mask = torch.arange(32)[None] <= torch.arange(10, 16)[:, None]
     full = attend(q, k, v, mask)  # masking makes the key length irrelevant up to rounding
     torch.testing.assert_close(got, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size", [1, 4])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("probe", ["as found", "says no"])
+def test_stacked_blocks_each_get_the_bits_of_a_call_of_their_own(dtype, size, masked, probe, monkeypatch):
+    """The property the CPU path of stacked_attention rests on: one call over B blocks gives every block
+    the bits of the block's own call, whatever B and its companions (1 to 40 blocks); where the probe finds
+    otherwise (here: told so), a call per block."""
+    if probe == "says no":
+        monkeypatch.setattr(invariant, "stacking_keeps_bits", lambda *args: False)
+    torch.manual_seed(4)
+    n = 128
+    k, v = torch.randn(1, 8, n, 64, dtype=dtype), torch.randn(1, 8, n, 64, dtype=dtype)
+    block = torch.randn(size, 8, 64, dtype=dtype)
+    mask = causal_mask(77, size, n, "cpu") if masked else None
+    alone = F.scaled_dot_product_attention(block.transpose(0, 1)[None], k, v, attn_mask=mask)[0].transpose(0, 1)
+    for count in (1, 2, 9, 40):
+        blocks = torch.randn(count, size, 8, 64, dtype=dtype)
+        place = count // 2
+        blocks[place] = block
+        masks = None
+        if masked:
+            masks = torch.stack([causal_mask(int(p), size, n, "cpu") for p in torch.randint(0, n - size, (count,))])
+            masks[place] = mask
+        got = stacked_attention(blocks, k, v, masks)
+        assert got.shape == (count, size, 8, 64)
+        assert torch.equal(got[place], alone), count
 
 
 def test_a_query_block_must_divide_the_key_block():
