@@ -24,6 +24,8 @@ loop): start jobs, one decode step, resume the programs whose decode finished, a
 - Withdrawal: a session takes back an update that has not started once newer audio waits behind
   it (``withdraw``; web/listen.py): that audio may end the utterance, and its final must not queue
   behind a stale update. Under load, partials thus go to the sessions whose updates start quickly.
+  Once the newer audio is known to end the utterance (pipeline/session.py ``lookahead``), a running
+  update is recalled too: its decode leaves the pass at the next step.
 - Idle work: with ``--adapt-draft`` (models/adapt.py) the engine's draft adapter runs one short
   unit of training at a time, and only while no job runs or waits; a job that arrives meanwhile
   waits for that unit at most (AdaptStats.longest_unit_ms).
@@ -124,6 +126,7 @@ class ModelScheduler:
         # per (session, priority), in turn order: a session's translation never blocks its own updates
         self._waiting: collections.OrderedDict[tuple[str, Priority], collections.deque[_Job]] = collections.OrderedDict()
         self._forgotten: set[str] = set()
+        self._recalled: set[tuple[str, Priority]] = set()  # (session, priority) whose running jobs stop
         self._closed = False
         self._meter = LagMeter(options.load)
         self._model_s: dict[str, float] = {}  # per open session, on the event loop's side
@@ -184,12 +187,17 @@ class ModelScheduler:
         """Model time spent on a session's jobs so far (its own work plus its share of passes)."""
         return self._model_s.get(session_id, 0.0)
 
-    def withdraw(self, session_id: str, priority: Priority = Priority.UPDATE) -> int:
+    def withdraw(self, session_id: str, priority: Priority = Priority.UPDATE, running: bool = False) -> int:
         """Take back a session's jobs of this priority that have not started: their ``run`` returns
-        WITHDRAWN at once, and the model never spends a moment on them. Running jobs are left alone.
-        Returns how many were taken back."""
+        WITHDRAWN at once, and the model never spends a moment on them. With running, the ones
+        running now are recalled too: the model thread stops them before its next step (a decode
+        leaves the pass, a program is closed) and their ``run`` returns WITHDRAWN. Returns how many
+        waiting jobs were taken back."""
         with self._cond:
             jobs = self._waiting.pop((session_id, Priority(priority)), ())
+            if running:
+                self._recalled.add((session_id, Priority(priority)))
+                self._cond.notify()
         now = self._clock()
         for job in jobs:
             if job.priority < Priority.BACKGROUND:
@@ -336,14 +344,20 @@ class ModelScheduler:
         return job.priority
 
     def _drop_forgotten(self, decodes, running: dict[int, _Job]) -> None:
+        """Stop the running jobs of forgotten sessions (cancelled) and recalled ones (WITHDRAWN)."""
         for tag, job in list(running.items()):
-            if job.session_id in self._forgotten or job.future.cancelled():
+            forgotten = job.session_id in self._forgotten or job.future.cancelled()
+            if forgotten or (job.session_id, job.priority) in self._recalled:
                 decodes.cancel(tag)
                 del running[tag]
                 if job.program is not None:
                     job.program.close()
-                _settle(job, cancel=True)
+                if forgotten:
+                    _settle(job, cancel=True)
+                else:
+                    self._finish(job, time.perf_counter(), value=WITHDRAWN)
         self._forgotten.clear()
+        self._recalled.clear()
 
     def _advance(self, job: _Job, result: Any, tag: int, decodes, running: dict[int, _Job]) -> None:
         """Start a job (result None) or resume its program with a decode's result."""

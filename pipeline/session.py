@@ -2,7 +2,9 @@
 
 Feed it audio with `insert_audio`, call `process()` whenever convenient (each call runs the VAD
 over the new audio and, when `update_interval` seconds of speech have arrived, one decode
-update), and `finish()` at the end. Each session owns all its state; model work goes through
+update), and `finish()` at the end. A caller that queues audio while process() runs shows each
+chunk to `lookahead` as it arrives: if that audio ends the utterance, the update in flight is
+recalled, so the utterance's final does not wait for it. Each session owns all its state; model work goes through
 `ModelScheduler.run(session_id, job, priority)`: an utterance's last decode is FINAL, the updates
 before it UPDATE, translations BACKGROUND. Under load (`scheduler.load`, pipeline/load.py) updates
 come further apart, translations wait for utterance ends and decodes drop the kept context; finals are
@@ -72,6 +74,9 @@ class StreamSession:
         self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))
         self._pending: collections.deque[np.ndarray] = collections.deque()
         self._pending_n = 0
+        self._unseen = 0  # samples shown to lookahead and not inserted yet
+        self._shadow = None  # a fork of the VAD hearing the audio that waits (lookahead)
+        self._updating = False  # an UPDATE job is in flight
         self._lock = asyncio.Lock()
         self._pad = int(options.speech_pad * SAMPLE_RATE)
         self._in_speech = False
@@ -100,12 +105,34 @@ class StreamSession:
         """samples: float32 mono 16 kHz, shape (n,), any n."""
         if self._finished:
             raise RuntimeError("insert_audio() after finish()")
-        x = np.asarray(samples, dtype=np.float32)
-        if x.ndim != 1:
-            raise ValueError(f"audio must be 1-D mono samples, got shape {x.shape}")
+        x = _samples(samples)
         if x.size:
-            self._pending.append(np.nan_to_num(x, copy=False, nan=0.0, posinf=1.0, neginf=-1.0))
+            self._pending.append(x)
             self._pending_n += x.size
+            self._unseen = max(0, self._unseen - x.size)
+
+    def lookahead(self, samples: np.ndarray) -> bool:
+        """Audio that has arrived and will be inserted later (the caller queues it while process() runs).
+
+        Show every chunk, in order, as it arrives. While an update is in flight, a fork of the VAD
+        hears it at once; if it ends the utterance, the update is recalled, running or waiting
+        (pipeline/scheduler.py ``withdraw``): the utterance's final, decoded once this audio is
+        inserted and processed, then does not wait for a decode whose partial it would replace.
+        Returns True if it recalled the update."""
+        x = _samples(samples)
+        outstanding, self._unseen = self._unseen, self._unseen + x.size
+        if self._shadow is None:
+            fork = getattr(self._vad, "fork", None)
+            if not self._updating or outstanding or fork is None:  # the fork would miss audio
+                return False
+            self._shadow = fork()
+            for chunk in self._pending:  # inserted, not yet heard by the VAD
+                self._shadow.process(chunk)
+        ends = any(ev.kind == "end" for ev in self._shadow.process(x))
+        if not (ends and self._updating):
+            return False
+        self.scheduler.withdraw(self.session_id, Priority.UPDATE, running=True)
+        return True
 
     def withdraw_update(self) -> bool:
         """Take back this stream's update if it has not started (pipeline/scheduler.py withdraw): call it when
@@ -186,7 +213,10 @@ class StreamSession:
             limit = int(min(max(room, 1.0), 10.0) * SAMPLE_RATE) if self._in_speech else int(10.0 * SAMPLE_RATE)
             chunk = self._take(limit)
             self._ring.append(chunk)
-            for ev in self._vad.process(chunk):
+            vad_events = self._vad.process(chunk)
+            if self._shadow is not None and self._vad.offset >= self._shadow.offset:
+                self._shadow = None  # the VAD has heard all the fork heard
+            for ev in vad_events:
                 events += await self._on_vad(ev)
             if self._in_speech:
                 self._policy.insert_audio(self._ring.end / SAMPLE_RATE)
@@ -321,8 +351,12 @@ class StreamSession:
             job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text,
                                  self.options.encoder_pad, detect, self.options.languages)
             priority = Priority.FINAL if final else Priority.UPDATE
-            hyp = await self.scheduler.run(self.session_id, job, priority)
-            if hyp is WITHDRAWN:  # an update taken back before it ran (withdraw_update): no news
+            self._updating = not final
+            try:
+                hyp = await self.scheduler.run(self.session_id, job, priority)
+            finally:
+                self._updating = False
+            if hyp is WITHDRAWN:  # an update taken back (withdraw_update, lookahead): no news
                 self._counts["withdrawn"] += 1
                 return []
             self._decoded_to = end
@@ -388,3 +422,11 @@ class StreamSession:
         if self._translations is not None:
             nxt = self._policy.partial[0].start if self._policy.partial else float("inf")
             self._translations.start(force, self._ring, self.language, nxt)
+
+
+def _samples(samples: np.ndarray) -> np.ndarray:
+    """Mono float32 samples, shape (n,), non-finite values clamped (in place where already float32)."""
+    x = np.asarray(samples, dtype=np.float32)
+    if x.ndim != 1:
+        raise ValueError(f"audio must be 1-D mono samples, got shape {x.shape}")
+    return np.nan_to_num(x, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)

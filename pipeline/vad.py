@@ -12,6 +12,7 @@ after `min_silence` seconds below `threshold - 0.15`.
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import os
 from dataclasses import dataclass
@@ -104,6 +105,13 @@ class SileroVad:
     def offset(self) -> int:
         """Samples consumed so far (complete frames only)."""
         return self._offset
+
+    def fork(self) -> "SileroVad":
+        """A copy with this stream's state, to hear audio ahead without moving this one
+        (pipeline/session.py ``lookahead``); it shares the ONNX session."""
+        twin = copy.copy(self)
+        twin._speech_frames = list(self._speech_frames)
+        return twin
 
     def process(self, samples: np.ndarray) -> list[VadEvent]:
         """samples: float32 mono 16 kHz, any length (n,). Returns the events of the complete frames."""

@@ -37,6 +37,7 @@ class CaptionSession(Protocol):
     async def process(self) -> list[CaptionEvent]: ...
     async def finish(self) -> list[CaptionEvent]: ...
     def withdraw_update(self) -> bool: ...
+    def lookahead(self, samples: np.ndarray) -> bool: ...
 
 
 SessionFactory = Callable[[ModelScheduler, StreamOptions, str], CaptionSession]
@@ -231,10 +232,15 @@ class Connection:
         if chunk.size:
             self._backlog += chunk.size / 16_000
             self._inbox.put_nowait(chunk)
-            if self._session is not None and self._backlog >= self._options.min_silence:
-                # enough audio waits behind the session's model job to hold the utterance's end: an update
-                # still queued is stale, and the final must not wait behind it (pipeline/scheduler.py)
-                self._session.withdraw_update()
+            if self._session is not None:
+                # the session's VAD hears it ahead: audio that ends the utterance recalls the update in flight
+                # (around a finalize a chunk shown to this session may be inserted into the next one, whose fork
+                # then misses it: at worst one recall is missed, or one update recalled needlessly)
+                self._session.lookahead(chunk)
+                if self._backlog >= self._options.min_silence:
+                    # enough audio waits behind the session's model job to hold the utterance's end: an update
+                    # still queued is stale, and the final must not wait behind it (pipeline/scheduler.py)
+                    self._session.withdraw_update()
         if self._backlog + self._session_pending() > self.limits.max_backlog_seconds:  # the model cannot keep up
             log.warning("session %s: %.1f s of audio waiting; the server is overloaded", self.session_id, self._backlog)
             self._emit(P.error_message(P.ErrorCode.OVERLOADED, f"the server is {self._backlog:.0f} s behind this stream "

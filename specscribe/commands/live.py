@@ -152,6 +152,7 @@ async def _live(source, transcriber, options, output: str | None) -> int:
         try:
             async for chunk in source:
                 queue.put_nowait(chunk)
+                session.lookahead(chunk)  # audio that ends the utterance recalls the update in flight
         except AudioError as exc:
             queue.put_nowait(exc)
         finally:

@@ -259,11 +259,12 @@ def test_a_waiting_update_is_withdrawn_once_newer_audio_piles_up_behind_it():
     """More than min_silence of audio waiting behind a session's model job may hold its utterance's end: the
     connection asks the session to take back an update that has not started (pipeline/scheduler.py withdraw)."""
     with start(delay=0.05) as srv:
-        before = FakeSession.withdrawals
+        before, heard = FakeSession.withdrawals, FakeSession.looked_ahead
         audio = np.concatenate([utterance([lv % 9 + 1] * 2, gap_s=0.1) for lv in range(10)])  # 5.5 s, sent at once
         messages, code = run(session(srv.ws_url, [config(), *chunks(audio), json.dumps({"type": "close"})]))
         assert code == 1000 and "final" in types(messages)
         assert FakeSession.withdrawals > before
+        assert FakeSession.looked_ahead - heard == audio.size  # every sample shown ahead, as it arrived
 
     with start() as srv:  # a model that keeps up: 0.2 s frames at real-time pace never pile up
         before = FakeSession.withdrawals

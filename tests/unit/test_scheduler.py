@@ -126,6 +126,32 @@ def test_withdraw_takes_back_waiting_updates_only():
     assert engine.started == ["a-update", "a-final", "b-update"]
 
 
+def test_withdraw_with_running_recalls_a_running_update_and_nothing_else():
+    engine = FakeEngine()
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        update = asyncio.create_task(scheduler.run("a", job("a-update", steps=10**9), Priority.UPDATE))
+        other = asyncio.create_task(scheduler.run("b", job("b-update", steps=10**9), Priority.UPDATE))
+        while len(engine.steps) < 3 or len(engine.steps[-1]) < 2:  # both decoding
+            await asyncio.sleep(0.001)
+        at = len(engine.steps)
+        assert scheduler.withdraw("a", Priority.UPDATE, running=True) == 0  # none was waiting
+        recalled = await update
+        final = await scheduler.run("a", job("a-final", steps=2), Priority.FINAL)
+        scheduler.forget("b")
+        with pytest.raises(asyncio.CancelledError):
+            await other
+        await scheduler.close()
+        return recalled, final, at
+
+    recalled, final, at = run(main())
+    assert recalled is WITHDRAWN
+    assert final == "decoded a-final"  # the session's next job runs as usual
+    later = engine.step_names[at + 1 :]  # a step may have been under way when the recall came
+    assert later and all("a-update" not in names and "b-update" in names for names in later)
+
+
 @pytest.mark.parametrize("background_wait", [10.0, 0.0])
 def test_while_a_final_decodes_other_jobs_wait(background_wait):
     """Finals first: no update starts while a final's decode runs (each start would slow every running decode

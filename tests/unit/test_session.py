@@ -9,6 +9,7 @@ policy must wait for agreement before committing it.
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import numpy as np
 import pytest
@@ -161,6 +162,9 @@ class ScriptedVad:
             self.in_speech = False
             return [VadEvent("end", self.offset)]
         return []
+
+    def fork(self):
+        return copy.copy(self)  # its state is scalars; the intervals are shared and never change
 
 
 def make_script(n_words: int, start: float = 0.5, word: float = 0.35, gap: float = 0.1, sentence_every: int = 0):
@@ -556,6 +560,82 @@ def test_withdrawn_updates_lose_nothing():
     assert not [e for e in events if e.type == "partial" and e.text]
     stats = events[-1].stats
     assert stats["withdrawn"] >= 4 and stats["updates"] == tr.decode_calls == 2  # one decode per utterance
+
+
+class HoldingScheduler(LoadedScheduler):
+    """Holds every update until it is recalled (withdraw with running=True), as a busy model thread would."""
+
+    def __init__(self, transcriber):
+        super().__init__(transcriber)
+        self.holding = asyncio.Event()  # set while an update is held
+        self.recalls = 0
+        self._recall = asyncio.Event()
+
+    async def run(self, session_id, fn, priority=Priority.UPDATE):
+        if priority != Priority.UPDATE:
+            return await super().run(session_id, fn, priority)
+        self._recall.clear()
+        self.holding.set()
+        await self._recall.wait()
+        self.holding.clear()
+        return WITHDRAWN
+
+    def withdraw(self, session_id, priority=Priority.UPDATE, running=False):
+        if running and priority == Priority.UPDATE and self.holding.is_set():
+            self.recalls += 1
+            self._recall.set()
+        return 0
+
+
+def test_audio_that_ends_the_utterance_recalls_the_update_in_flight():
+    """Audio queued while an update runs is shown to lookahead; the chunk that completes the VAD's silence
+    recalls the update, and once inserted the utterance's final commits every word."""
+    intervals = [(0.4, 3.0)]
+    script = [w for w in make_script(8) if w[1] < 3.0]
+    audio, step = noise(5), int(0.25 * SR)
+
+    async def main():
+        tr = FakeTranscriber(audio, script)
+        scheduler = HoldingScheduler(tr)
+        session = StreamSession(scheduler, StreamOptions(language="en"), "s", vad=ScriptedVad(intervals))
+        events, i = [], 0
+        while True:  # as a caller does: each chunk shown to lookahead, inserted, processed
+            chunk = audio[i : i + step]
+            i += step
+            assert not session.lookahead(chunk)  # no update in flight: nothing to recall
+            session.insert_audio(chunk)
+            task = asyncio.create_task(session.process())
+            held = asyncio.create_task(scheduler.holding.wait())
+            await asyncio.wait({task, held}, return_when=asyncio.FIRST_COMPLETED)
+            held.cancel()
+            if not task.done():
+                break  # an update is in flight
+            events += task.result()
+        held_at, queued, recalled_at = i, [], None
+        while not task.done() and i < audio.size:  # audio keeps arriving and waits in the caller's queue
+            chunk = audio[i : i + step]
+            i += step
+            queued.append(chunk)
+            if session.lookahead(chunk):
+                recalled_at = i
+            await asyncio.sleep(0)
+        assert task.done(), "the update was never recalled"
+        events += task.result()
+        for chunk in queued:
+            session.insert_audio(chunk)
+        events += await session.process()
+        finals_then = finals_text(events)
+        session.insert_audio(audio[i:])
+        events += await session.process() + await session.finish()
+        await scheduler.close()
+        return events, held_at, recalled_at, finals_then, scheduler.recalls
+
+    events, held_at, recalled_at, finals_then, recalls = asyncio.run(main())
+    assert held_at < int(3.0 * SR)  # the update was held during the speech
+    assert recalled_at == int(3.75 * SR)  # the first chunk past 3.0 s + 0.6 s of silence
+    assert recalls == 1
+    assert finals_then == [w for w, _, _ in script]  # the final came with the recalled audio
+    assert events[-1].stats["withdrawn"] == 1
 
 
 def test_stats_event_and_pending_seconds():

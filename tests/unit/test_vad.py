@@ -67,6 +67,18 @@ def test_streaming_equals_one_shot():
     assert one.last_prob == pytest.approx(many.last_prob, abs=1e-6)
 
 
+def test_a_fork_hears_ahead_what_the_stream_will_hear_and_leaves_it_alone():
+    probs = [0.1] * 3 + [0.9] * 8 + [0.1] * 10
+    vad = SileroVad(VadOptions(threshold=0.5, min_speech=0.1, min_silence=0.2), model=ScriptedModel(probs))
+    assert [e.kind for e in vad.process(np.zeros(6 * FRAME, np.float32))] == ["start"]
+    fork = vad.fork()
+    ahead = fork.process(np.zeros(15 * FRAME, np.float32))
+    assert [e.kind for e in ahead] == ["end"] and fork.offset == 21 * FRAME
+    assert vad.offset == 6 * FRAME and vad.in_speech  # the stream did not move
+    vad._model = ScriptedModel(probs[6:])  # the same frames again, now for the stream itself
+    assert vad.process(np.zeros(15 * FRAME, np.float32)) == ahead
+
+
 class CountingTranscriber:
     name, model_name, is_multilingual = "count", "count", True
 

@@ -84,6 +84,12 @@ class FakeSession:
         FakeSession.withdrawals += 1
         return False  # its model jobs are finals only
 
+    looked_ahead = 0  # samples shown to lookahead, all instances
+
+    def lookahead(self, samples: np.ndarray) -> bool:
+        FakeSession.looked_ahead += len(samples)
+        return False
+
     def _ev(self, type_: str, **kw) -> CaptionEvent:
         return CaptionEvent(type=type_, emitted_at=self._loop.time() - self._t0, **kw)
 
