@@ -17,7 +17,8 @@ LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRPro
   agree three times too ("How do you marry the more" for "Had he married a more");
 - committed text is append-only: it is never rewritten, only extended;
 - the buffer start moves to the end of the last committed sentence that leaves `keep_context` seconds
-  before the uncommitted words (or, past `trim_after` seconds, the last committed word), so the decoded
+  before the uncommitted words (past `trim_after` seconds, the earliest committed sentence end that brings it
+  under `trim_after`, or without one the last committed word), so the decoded
   span stays bounded and latency flat; the context kept is decoded again (and dropped by `_new_words`)
   because Whisper hears a short turn much better after the ones before it;
 - past `max_buffer` seconds the hypothesis is committed by force, so the buffer stays bounded;
@@ -90,8 +91,8 @@ class PolicyUpdate:
 @dataclass(frozen=True)
 class LocalAgreementOptions:
     """Attributes:
-        trim_after: buffer seconds past which the buffer is trimmed at the last committed word
-            (sentence ends trim it at any length).
+        trim_after: buffer seconds past which the buffer is trimmed at a committed sentence end that
+            leaves less than keep_context, or without one at the last committed word.
         max_buffer: buffer seconds past which the whole hypothesis is committed by force.
         prompt_chars: characters of committed text (before the buffer) given as the prompt.
         min_trim_gap: seconds a trim point keeps before the next uncommitted word starts.
@@ -288,15 +289,15 @@ class LocalAgreement:
         partial = self.partial
         limit = partial[0].start - self.options.min_trim_gap if partial else float("inf")
         context_end = min(limit, self.audio_end) - self.options.keep_context  # a sentence cut keeps this much
-        cut = None
-        for w in self._in_buffer:
-            if w.end > limit:
-                break
-            if ends_sentence(w.text) and w.end <= context_end:
-                cut = w.end
-        if cut is None and self.audio_end - self.buffer_start > min(self.options.trim_after, self.options.max_buffer):
-            fits = [w.end for w in self._in_buffer if w.end <= limit]
-            cut = fits[-1] if fits else None
+        fits = [w for w in self._in_buffer if w.end <= limit]  # committed, before the uncommitted words
+        ends = [w.end for w in fits if ends_sentence(w.text)]
+        cut = max((e for e in ends if e <= context_end), default=None)
+        longest = min(self.options.trim_after, self.options.max_buffer)
+        if cut is None and self.audio_end - self.buffer_start > longest:
+            # too long: the earliest sentence end that brings it under trim_after (the most context kept);
+            # only without one, the last committed word (a cut there can split a word the hypotheses
+            # have not settled: "those | days" for "Thursday", and the rest decodes without context)
+            cut = next((e for e in ends if self.audio_end - e <= longest), fits[-1].end if fits else None)
         if cut is not None and cut > self.buffer_start:
             self.buffer_start = cut
             self._in_buffer = [w for w in self._in_buffer if w.end > cut]
