@@ -189,7 +189,8 @@ def stacked_attention(
     keys by the number of work items), each block keeps a call of its own.
     """
     count, size, heads, dim = blocks.shape
-    if count > 1 and blocks.device.type == "cpu" and stacking_keeps_bits(blocks.dtype, heads, dim, size, masks is not None):
+    cpu = blocks.device.type == "cpu"
+    if count > 1 and cpu and stacking_keeps_bits(blocks.dtype, heads, dim, size, masks is not None):
         return _stacked_call(blocks, keys, values, masks)
     outs = [_one_call(b, keys, values, None if masks is None else masks[i]) for i, b in enumerate(blocks)]
     return outs[0][None] if len(outs) == 1 else torch.stack(outs)
@@ -209,7 +210,9 @@ def stacking_keeps_bits(dtype: torch.dtype, heads: int, dim: int, size: int, mas
     keys, values = rand(1, heads, n, dim), rand(1, heads, n, dim)
     for count in (2, 9):
         blocks = rand(count, size, heads, dim)
-        masks = torch.stack([causal_mask((131 * i + 50) % (n - size), size, n, "cpu") for i in range(count)]) if masked else None
+        masks = None
+        if masked:
+            masks = torch.stack([causal_mask((131 * i + 50) % (n - size), size, n, "cpu") for i in range(count)])
         got = _stacked_call(blocks, keys, values, masks)
         for i in (0, count - 1):
             if not torch.equal(got[i], _one_call(blocks[i], keys, values, None if masks is None else masks[i])):
@@ -217,7 +220,8 @@ def stacking_keeps_bits(dtype: torch.dtype, heads: int, dim: int, size: int, mas
     return True
 
 
-def _stacked_call(blocks: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
+def _stacked_call(blocks: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                  masks: torch.Tensor | None) -> torch.Tensor:
     """Query blocks (B, size, H, Dh) over the same keys and values (1, H, n, Dh) in one call, masks (B, size, n) ->
     (B, size, H, Dh): heads as the batch, blocks as the heads, keys and values expanded without a copy."""
     count = blocks.shape[0]
@@ -231,7 +235,7 @@ def _stacked_call(blocks: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
 
 
 def _one_call(block: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """One query block's attention: block (size, H, Dh), keys and values (1, H, n, Dh), mask (size, n) -> (size, H, Dh)."""
+    """One query block's attention: block (size, H, Dh), keys, values (1, H, n, Dh), mask (size, n) -> (size, H, Dh)."""
     return F.scaled_dot_product_attention(block.transpose(0, 1)[None], keys, values, attn_mask=mask)[0].transpose(0, 1)
 
 

@@ -103,3 +103,11 @@ def pcm16_to_float(data: bytes) -> np.ndarray:
     if len(data) % 2:
         raise AudioError("odd number of bytes for 16-bit PCM")
     return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+
+
+def clean_samples(samples: np.ndarray) -> np.ndarray:
+    """Mono float32 samples, shape (n,), non-finite values clamped (in place where already float32)."""
+    x = np.asarray(samples, dtype=np.float32)
+    if x.ndim != 1:
+        raise ValueError(f"audio must be 1-D mono samples, got shape {x.shape}")
+    return np.nan_to_num(x, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)

@@ -30,8 +30,9 @@ import numpy as np
 from specscribe.models.types import DecodeRequest, SpecStats
 from specscribe.pipeline.alternatives import final_alternatives
 from specscribe.pipeline.caption_events import CaptionEvents
-from specscribe.pipeline.audio import SAMPLE_RATE
+from specscribe.pipeline.audio import SAMPLE_RATE, clean_samples
 from specscribe.pipeline.language import LanguageOptions, LanguageTracker
+from specscribe.pipeline.lookahead import Lookahead
 from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
 from specscribe.pipeline.scheduler import WITHDRAWN, ModelScheduler, Priority
@@ -67,6 +68,7 @@ class StreamSession:
             vad_opts = VadOptions(options.vad_threshold, None, options.min_speech, options.min_silence)
             vad = SileroVad(vad_opts) if options.vad else NoVad()
         self._vad = vad
+        self._ahead = Lookahead(vad)  # hears the audio that waits while a job runs (lookahead)
         self._policy = policy or LocalAgreement(
             LocalAgreementOptions(options.trim_after, options.max_buffer, keep_context=options.keep_context,
                                   agree_gap=options.agree_gap)
@@ -74,8 +76,6 @@ class StreamSession:
         self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))
         self._pending: collections.deque[np.ndarray] = collections.deque()
         self._pending_n = 0
-        self._unseen = 0  # samples shown to lookahead and not inserted yet
-        self._shadow = None  # a fork of the VAD hearing the audio that waits (lookahead)
         self._updating = False  # an UPDATE job is in flight
         self._lock = asyncio.Lock()
         self._pad = int(options.speech_pad * SAMPLE_RATE)
@@ -105,31 +105,17 @@ class StreamSession:
         """samples: float32 mono 16 kHz, shape (n,), any n."""
         if self._finished:
             raise RuntimeError("insert_audio() after finish()")
-        x = _samples(samples)
+        x = clean_samples(samples)
         if x.size:
             self._pending.append(x)
             self._pending_n += x.size
-            self._unseen = max(0, self._unseen - x.size)
+            self._ahead.inserted(x.size)
 
     def lookahead(self, samples: np.ndarray) -> bool:
-        """Audio that has arrived and will be inserted later (the caller queues it while process() runs).
-
-        Show every chunk, in order, as it arrives. While an update is in flight, a fork of the VAD
-        hears it at once; if it ends the utterance, the update is recalled, running or waiting
-        (pipeline/scheduler.py ``withdraw``): the utterance's final, decoded once this audio is
-        inserted and processed, then does not wait for a decode whose partial it would replace.
-        Returns True if it recalled the update."""
-        x = _samples(samples)
-        outstanding, self._unseen = self._unseen, self._unseen + x.size
-        if self._shadow is None:
-            fork = getattr(self._vad, "fork", None)
-            if not self._updating or outstanding or fork is None:  # the fork would miss audio
-                return False
-            self._shadow = fork()
-            for chunk in self._pending:  # inserted, not yet heard by the VAD
-                self._shadow.process(chunk)
-        ends = any(ev.kind == "end" for ev in self._shadow.process(x))
-        if not (ends and self._updating):
+        """Audio that has arrived and will be inserted later: show every chunk, in order, as it arrives. If it
+        ends the utterance while an update is in flight, the update is recalled, running or waiting (its final
+        then does not wait for it; pipeline/lookahead.py, scheduler.py withdraw). True if it was recalled."""
+        if not (self._ahead.hears_end(clean_samples(samples), self._pending, start=self._updating) and self._updating):
             return False
         self.scheduler.withdraw(self.session_id, Priority.UPDATE, running=True)
         return True
@@ -214,8 +200,7 @@ class StreamSession:
             chunk = self._take(limit)
             self._ring.append(chunk)
             vad_events = self._vad.process(chunk)
-            if self._shadow is not None and self._vad.offset >= self._shadow.offset:
-                self._shadow = None  # the VAD has heard all the fork heard
+            self._ahead.heard()
             for ev in vad_events:
                 events += await self._on_vad(ev)
             if self._in_speech:
@@ -422,11 +407,3 @@ class StreamSession:
         if self._translations is not None:
             nxt = self._policy.partial[0].start if self._policy.partial else float("inf")
             self._translations.start(force, self._ring, self.language, nxt)
-
-
-def _samples(samples: np.ndarray) -> np.ndarray:
-    """Mono float32 samples, shape (n,), non-finite values clamped (in place where already float32)."""
-    x = np.asarray(samples, dtype=np.float32)
-    if x.ndim != 1:
-        raise ValueError(f"audio must be 1-D mono samples, got shape {x.shape}")
-    return np.nan_to_num(x, copy=False, nan=0.0, posinf=1.0, neginf=-1.0)
