@@ -17,8 +17,8 @@ LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRPro
   agree three times too ("How do you marry the more" for "Had he married a more");
 - committed text is append-only: it is never rewritten, only extended;
 - the buffer start moves to the end of the last committed sentence that leaves `keep_context` seconds
-  before the uncommitted words (past `trim_after` seconds, the earliest committed sentence end that brings it
-  under `trim_after`, or without one the last committed word), so the decoded
+  before the uncommitted words (past `trim_after` seconds, the last committed sentence end if that brings it
+  under `trim_after`, else the last committed word), so the decoded
   span stays bounded and latency flat; the context kept is decoded again (and dropped by `_new_words`)
   because Whisper hears a short turn much better after the ones before it;
 - past `max_buffer` seconds the hypothesis is committed by force, so the buffer stays bounded;
@@ -294,10 +294,11 @@ class LocalAgreement:
         cut = max((e for e in ends if e <= context_end), default=None)
         longest = min(self.options.trim_after, self.options.max_buffer)
         if cut is None and self.audio_end - self.buffer_start > longest:
-            # too long: the earliest sentence end that brings it under trim_after (the most context kept);
-            # only without one, the last committed word (a cut there can split a word the hypotheses
-            # have not settled: "those | days" for "Thursday", and the rest decodes without context)
-            cut = next((e for e in ends if self.audio_end - e <= longest), fits[-1].end if fits else None)
+            # too long: the last committed sentence end, if that brings it under trim_after; only without
+            # one, the last committed word (a cut there can split a word the hypotheses have not settled:
+            # "those | days" for "Thursday", and the rest decodes without context)
+            last = ends[-1] if ends and self.audio_end - ends[-1] <= longest else None
+            cut = last if last is not None else (fits[-1].end if fits else None)
         if cut is not None and cut > self.buffer_start:
             self.buffer_start = cut
             self._in_buffer = [w for w in self._in_buffer if w.end > cut]

@@ -96,17 +96,16 @@ def test_long_buffer_without_sentences_is_trimmed_at_the_last_committed_word():
 
 
 def test_a_long_buffer_is_cut_at_a_sentence_end_that_brings_it_under_trim_after_not_at_its_last_word():
-    """Past trim_after with no sentence end far enough back for keep_context, the earliest sentence end that makes
-    the buffer short enough wins (it keeps the most context); the last committed word would start the next
-    window right where the hypotheses have not settled (a word split in two, "those | days" for "Thursday")."""
+    """Past trim_after with no sentence end far enough back for keep_context, the last committed sentence end
+    wins if it makes the buffer short enough; the last committed word would start the next window right where
+    the hypotheses have not settled (a word split in two, "those | days" for "Thursday")."""
     p = LocalAgreement(LocalAgreementOptions(trim_after=5.0, keep_context=8.0))
     hyp = words("one two. three four five. six seven eight nine ten eleven twelve thirteen")  # 6.5 s
     p.insert_audio(7.0)
     p.process(hyp[:12])
     u = p.process(hyp)
     assert texts(u.partial) == ["thirteen"]
-    # "two." (0.9 s) would leave 6.1 s, "five." (2.4 s) leaves 4.6 s: the earliest under 5 s
-    assert u.buffer_start == hyp[4].end
+    assert u.buffer_start == hyp[4].end  # "five." (2.4 s) leaves 4.6 s, under 5 s
     assert p.window()[1] == " one two. three four five."
 
 
