@@ -91,8 +91,9 @@ class PolicyUpdate:
 @dataclass(frozen=True)
 class LocalAgreementOptions:
     """Attributes:
-        trim_after: buffer seconds past which the buffer is trimmed at a committed sentence end that
-            leaves less than keep_context, or without one at the last committed word.
+        trim_after: buffer seconds past which the buffer is trimmed even if that leaves less than
+            keep_context: at the last committed sentence end if that brings it under trim_after, else at
+            the last committed word.
         max_buffer: buffer seconds past which the whole hypothesis is committed by force.
         prompt_chars: characters of committed text (before the buffer) given as the prompt.
         min_trim_gap: seconds a trim point keeps before the next uncommitted word starts.
