@@ -171,6 +171,7 @@ class StreamSession:
             withdrawn=self._counts["withdrawn"],
             translations=self._counts["translations"],
             rejected=self._counts["rejected"],
+            continued=self._counts["continued"],
             finals=self._captions.finals,
         )
         return out
@@ -333,8 +334,10 @@ class StreamSession:
             seconds = audio.size / SAMPLE_RATE
             draft_text = self._draft_text if self.options.draft else None
             detect = self._tracker is not None and self._tracker.needs_detection
+            frames = self._vad.speech_frames(start, end) if self.options.continue_skipped else None
+            speech = None if frames is None else (frames - start) / SAMPLE_RATE  # (m,) seconds into the window
             job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text,
-                                 self.options.encoder_pad, detect, self.options.languages)
+                                 self.options.encoder_pad, detect, self.options.languages, speech)
             priority = Priority.FINAL if final else Priority.UPDATE
             self._updating = not final
             try:
@@ -348,6 +351,7 @@ class StreamSession:
             self._account(hyp.stats, "updates")
             if hyp.rejected:
                 self._counts["rejected"] += 1
+            self._counts["continued"] += hyp.continued
             if hyp.language_probs and self._tracker is not None:
                 heard = self._observe_language(hyp.language_probs, max(start, self._utterance_start), end)
             if final and not hyp.words:

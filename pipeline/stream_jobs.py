@@ -19,11 +19,17 @@ from specscribe.pipeline.alternatives import split_words
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.lanes import DecodeCall
 from specscribe.pipeline.language import restrict
+from specscribe.pipeline.vad import FRAME
 
 # Whisper's own guards (openai/whisper transcribe.py defaults)
 NO_SPEECH_THRESHOLD = 0.6
 LOGPROB_THRESHOLD = -1.0
 COMPRESSION_RATIO_THRESHOLD = 2.4
+# a hypothesis that stopped early (transcribe_job, stopped_at)
+STALL_SPEECH = 1.0  # seconds of VAD speech after its last word
+LONGEST_WORD = 1.5  # seconds: a last word "lasting" longer was stretched over speech Whisper skipped
+MIN_REST = 1.0  # seconds before and after the point where it stopped
+PROMPT_CHARS = 200  # characters of text before the rest given as its prompt
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class Hypothesis:
         rejected: why the guards dropped the text ("" when kept).
         alternatives: the other n-best hypotheses (request.n_best > 1) as words, ranked.
         language_probs: the detector's probabilities on this audio, when the job ran it (else empty).
+        continued: the decode stopped early and the rest of the audio was decoded on its own (transcribe_job).
     """
 
     words: tuple[Word, ...]
@@ -47,6 +54,7 @@ class Hypothesis:
     rejected: str = ""
     alternatives: tuple[tuple[str, ...], ...] = ()
     language_probs: dict[str, float] = field(default_factory=dict)
+    continued: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,7 @@ def transcribe_job(
     encoder_pad: float = 30.0,
     detect: bool = False,
     allowed: tuple[str, ...] = (),
+    speech: np.ndarray | None = None,  # (m,) seconds into audio of the VAD's speech frames (None: unknown)
 ) -> Callable[[Transcriber], Generator[DecodeCall, WindowResult, Hypothesis]]:
     """Encode once, decode (transcribe or translate), align words; shift times by offset.
 
@@ -91,6 +100,11 @@ def transcribe_job(
     encoder_pad: the encoder sees the audio plus this many seconds (30: the full window).
     detect: run the language detector on the audio (pipeline/language.py weighs it); a request
     without a language then decodes in the most likely of the ``allowed`` codes (all: empty).
+    speech: where the VAD heard speech. When the hypothesis skipped speech (``stopped_at``: speech after
+    its last word, or inside a word DTW stretched over seconds), the audio from there is decoded once
+    more on its own, with the hypothesis before it as prompt, and the two are joined: Whisper sometimes
+    ends a window after a few words ("Sure." for ten seconds of a conversation's next turns) and decodes
+    the same window the same way at every update.
     """
 
     def job(tr: Transcriber) -> Generator[DecodeCall, WindowResult, Hypothesis]:
@@ -103,31 +117,73 @@ def transcribe_job(
                 kept = restrict(probs, allowed)
                 req = _replace(req, language=max(kept, key=kept.get) if kept else None)
         result = yield DecodeCall(encoded, req)
-        rejected = ""
-        if result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD:
-            rejected = "no speech"
-        elif compression_ratio(result.text) > COMPRESSION_RATIO_THRESHOLD:
-            rejected = "repetition"
-        words: list[Word] = []
-        if not rejected and result.text.strip():
-            duration = len(audio) / SAMPLE_RATE
-            for seg in tr.align_words(encoded, result):
-                for w in seg.words:
-                    start = min(max(w.start, 0.0), duration)
-                    end = min(max(w.end, start), duration)
-                    words.append(Word(start + offset, end + offset, w.text, w.probability))
-        others = tuple(split_words(a.text) for a in result.alternatives[1:]) if words else ()
+        rejected, words = _checked_words(tr, encoded, result, len(audio) / SAMPLE_RATE)
+        stats, others = result.stats, ()
+        skipped = stopped_at(words, len(audio) / SAMPLE_RATE, speech)
+        if skipped is not None:
+            keep, stop = skipped
+            rest = audio[int(stop * SAMPLE_RATE) :]  # (n - cut,)
+            said = (prompt + "".join(w.text for w in words[: keep + 1]))[-PROMPT_CHARS:]
+            more = _with_text(tr, _replace(req, hypothesis_tokens=()), said, None)
+            encoded_rest = tr.encode(rest, encoder_window(rest, encoder_pad))
+            rest_result = yield DecodeCall(encoded_rest, more)
+            _, rest_words = _checked_words(tr, encoded_rest, rest_result, len(rest) / SAMPLE_RATE)
+            last = words[keep]
+            words = words[:keep] + [Word(last.start, min(last.end, stop), last.text, last.probability)]
+            words += [Word(w.start + stop, w.end + stop, w.text, w.probability) for w in rest_words]
+            stats = stats + rest_result.stats
+        elif words:
+            others = tuple(split_words(a.text) for a in result.alternatives[1:])
         return Hypothesis(
-            words=tuple(words),
+            words=tuple(Word(w.start + offset, w.end + offset, w.text, w.probability) for w in words),
             tokens=tuple(result.tokens),
             language=result.language,
-            stats=result.stats,
+            stats=stats,
             rejected=rejected,
             alternatives=others,
             language_probs=probs,
+            continued=skipped is not None,
         )
 
     return job
+
+
+def stopped_at(words: list[Word], duration: float, speech: np.ndarray | None) -> tuple[int, float] | None:
+    """(index of the word, seconds into the window) where a hypothesis stopped following the speech, else None.
+
+    Whisper skips speech in two ways, and DTW shows both: it ends the decode early (the VAD hears
+    STALL_SPEECH seconds of speech after the last word, which DTW often stretches over it), or it jumps
+    over a stretch inside the window (a word "lasting" several seconds with that much speech inside it).
+    A word's own end is taken at most LONGEST_WORD after its start; the point must leave at least
+    MIN_REST seconds on both sides (a rest decoded from nearly the window's start decodes the same).
+    """
+    if speech is None:
+        return None
+    for i, word in enumerate(words):
+        stop = min(word.end, word.start + LONGEST_WORD)
+        until = duration if i == len(words) - 1 else word.end
+        if stop < MIN_REST or duration - stop < MIN_REST:
+            continue
+        # speech frames past the word's own tail, up to its (stretched) end or, for the last word, the window's
+        heard = np.count_nonzero((speech >= stop + 0.2) & (speech < until)) * FRAME / SAMPLE_RATE
+        if heard >= STALL_SPEECH:
+            return i, stop
+    return None
+
+
+def _checked_words(tr: Transcriber, encoded, result: WindowResult, duration: float) -> tuple[str, list[Word]]:
+    """(why Whisper's guards rejected the decode or "", its words in seconds into the window)."""
+    if result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD:
+        return "no speech", []
+    if compression_ratio(result.text) > COMPRESSION_RATIO_THRESHOLD:
+        return "repetition", []
+    words: list[Word] = []
+    if result.text.strip():
+        for seg in tr.align_words(encoded, result):
+            for w in seg.words:
+                start = min(max(w.start, 0.0), duration)
+                words.append(Word(start, min(max(w.end, start), duration), w.text, w.probability))
+    return "", words
 
 
 def translate_job(

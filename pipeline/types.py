@@ -111,6 +111,8 @@ class StreamOptions:
             its first unsure word, as at an utterance end but before the `min_silence` that ends it
             (None: wait for the end).
         lines: where finals are grouped into caption lines (`line` events).
+        continue_skipped: a decode that skipped speech the VAD heard (stopped early, or jumped over it)
+            has the audio from there decoded again on its own (pipeline/stream_jobs.py stopped_at).
     """
 
     language: str | None = None
@@ -136,3 +138,4 @@ class StreamOptions:
     hotwords: str = ""
     pause_commit: float | None = None
     lines: LineOptions = LineOptions()
+    continue_skipped: bool = True

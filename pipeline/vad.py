@@ -146,6 +146,12 @@ class SileroVad:
         hi = bisect.bisect_left(self._speech_frames, end)
         return (hi - lo) * FRAME / SAMPLE_RATE
 
+    def speech_frames(self, start: int, end: int) -> np.ndarray:
+        """(m,) offsets (samples) of the speech frames starting in [start, end) (recent audio)."""
+        lo = bisect.bisect_left(self._speech_frames, start)
+        hi = bisect.bisect_left(self._speech_frames, end)
+        return np.asarray(self._speech_frames[lo:hi], dtype=np.int64)
+
     def flush(self) -> list[VadEvent]:
         """End of stream: close open speech at the last sample seen."""
         end = self._offset + self._rest.size
@@ -197,3 +203,7 @@ class NoVad:
 
     def speech_seconds(self, start: int, end: int) -> float:
         return (end - start) / SAMPLE_RATE
+
+    def speech_frames(self, start: int, end: int) -> None:
+        """Not known frame by frame (a decode cannot tell where it stopped early)."""
+        return None

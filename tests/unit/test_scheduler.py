@@ -135,8 +135,8 @@ def test_withdraw_with_running_recalls_a_running_update_and_nothing_else():
         other = asyncio.create_task(scheduler.run("b", job("b-update", steps=10**9), Priority.UPDATE))
         while len(engine.steps) < 3 or len(engine.steps[-1]) < 2:  # both decoding
             await asyncio.sleep(0.001)
-        at = len(engine.steps)
         assert scheduler.withdraw("a", Priority.UPDATE, running=True) == 0  # none was waiting
+        at = len(engine.steps)  # counted after the recall: the model thread steps on meanwhile
         recalled = await update
         final = await scheduler.run("a", job("a-final", steps=2), Priority.FINAL)
         scheduler.forget("b")

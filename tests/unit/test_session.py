@@ -46,6 +46,7 @@ class FakeTranscriber:
         self.doubt: dict[str, tuple[str, float]] = {}
         self.heard = lambda offset, duration: {"en": 1.0}  # the language detector, by window
         self.detections: list[tuple[float, float]] = []
+        self.stops_after: set[str] = set()  # a decode ends after these words (Whisper stopping early)
 
     def _offset(self, audio: np.ndarray) -> int:
         for i in np.flatnonzero(self.stream == audio[0]):
@@ -88,6 +89,8 @@ class FakeTranscriber:
             if request.task == "translate":
                 text = text.upper()
             words.append(Word(start - off, end - off, " " + text, probability))
+        stop = next((i for i, w in enumerate(words) if w.text.strip() in self.stops_after), None)
+        words = words if stop is None else words[: stop + 1]
         if dur >= self.repeat_after and words:
             words = [Word(words[0].start, dur, " la" * 40)]  # fails the compression-ratio guard
         tokens = tuple(self._tok(w.text) for w in words)
@@ -149,6 +152,10 @@ class ScriptedVad:
 
     def speech_seconds(self, start, end):
         return sum(max(0, min(b, end) - max(a, start)) for a, b in self.intervals) / SR
+
+    def speech_frames(self, start, end):
+        frames = [o for a, b in self.intervals for o in range(a, b, 512)]
+        return np.array([o for o in frames if start <= o < end], dtype=np.int64)
 
     @property
     def silence_seconds(self):
@@ -285,6 +292,50 @@ def test_prompt_and_previous_hypothesis_are_passed():
     assert all(r.task == "transcribe" and not r.timestamps for r in tr.requests)
     events, tr = run_session(audio, script, StreamOptions(vad=False, draft=False))
     assert not any(r.hypothesis_tokens for r in tr.requests)
+
+
+@pytest.mark.parametrize("stop_word", ["w2", "w9"])
+def test_a_decode_that_stops_early_is_continued_after_its_last_word(stop_word):
+    """Whisper sometimes ends a window after a few words and decodes that window the same way at every
+    update: the speech after them would come only when the buffer moves past them, or never. The VAD
+    hears speech after the last word, so the rest of the window is decoded on its own and joined."""
+    script = make_script(16, start=0.5)  # speech 0.5-7.7 s, no sentence end
+    fake = FakeTranscriber(noise(9.5), script)
+    fake.stops_after = {stop_word}
+    events, tr = run_session(fake.stream, script, StreamOptions(), intervals=[(0.5, 7.7)], fake=fake)
+    assert finals_text(events) == [w for w, _, _ in script]
+    stop_end = next(end for w, _, end in script if w == stop_word)
+    assert any(off == pytest.approx(stop_end, abs=0.02) for off, _ in tr.windows)  # the rest, on its own
+    emitted = {w.text.strip(): e.emitted_at for e in events if e.type == "final" for w in e.words}
+    after = [emitted[w] - end for w, _, end in script if end > stop_end + 1.0 and end < 7.0]
+    assert after and max(after) < 2.0  # by agreement, as usual, not at the utterance's end
+    assert next(e.stats for e in events if e.type == "stats")["continued"] >= 1
+
+
+def test_where_a_hypothesis_stopped_early():
+    from specscribe.pipeline.stream_jobs import LONGEST_WORD, stopped_at
+
+    frames = lambda a, b: np.arange(a, b, 0.032)  # noqa: E731 (VAD speech frames, seconds into the window)
+    words = [Word(0.2, 0.6, " so", 0.9), Word(0.7, 1.2, " days.", 0.9)]
+    assert stopped_at(words, 8.0, frames(0.2, 6.0)) == (1, pytest.approx(1.2))
+    assert stopped_at(words, 8.0, frames(0.2, 1.6)) is None  # no more speech after it
+    assert stopped_at(words, 8.0, None) is None  # no VAD: not known
+    assert stopped_at(words, 1.8, frames(0.2, 1.8)) is None  # too little audio left to decode on its own
+    stretched = words[:1] + [Word(1.0, 6.0, " days.", 0.9)]  # DTW stretched it over the speech Whisper skipped
+    assert stopped_at(stretched, 8.0, frames(0.2, 6.0)) == (1, pytest.approx(1.0 + LONGEST_WORD))
+    # a jump inside the window: "I'm" over 5 s of speech, then the words of the window's end
+    jumped = words + [Word(1.4, 6.4, " I'm", 0.1), Word(6.4, 6.9, " late.", 0.6)]
+    assert stopped_at(jumped, 8.0, frames(0.2, 7.0)) == (2, pytest.approx(1.4 + LONGEST_WORD))
+    assert stopped_at(jumped, 8.0, np.concatenate([frames(0.2, 1.4), frames(6.4, 7.0)])) is None  # a pause
+
+
+def test_a_hypothesis_is_not_continued_over_silence():
+    script = make_script(6, start=0.5)  # speech 0.5-3.2 s, then silence
+    fake = FakeTranscriber(noise(6.0), script)
+    events, tr = run_session(fake.stream, script, StreamOptions(), intervals=[(0.5, 3.2)], fake=fake)
+    assert finals_text(events) == [w for w, _, _ in script]
+    assert all(off < 0.5 for off, _ in tr.windows)  # every decode starts at the utterance
+    assert next(e.stats for e in events if e.type == "stats")["continued"] == 0
 
 
 def test_speech_end_commits_the_utterance_and_silence_is_not_decoded():

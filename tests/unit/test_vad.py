@@ -50,6 +50,16 @@ def test_silence_seconds_counts_the_open_silence_run():
     assert seen == [0] * 5 + [1, 2, 3, 4] + [0, 0] + [1, 2, 3, 4, 5] + [0, 0]  # 6 frames end it
 
 
+def test_speech_frames_are_the_frames_at_or_above_threshold():
+    probs = [0.1] * 3 + [0.9] * 4 + [0.4] * 2 + [0.6] * 3 + [0.1] * 2
+    vad = SileroVad(VadOptions(threshold=0.5, min_speech=0.1, min_silence=0.2), model=ScriptedModel(probs))
+    vad.process(np.zeros(len(probs) * FRAME, np.float32))
+    expected = [i * FRAME for i, p in enumerate(probs) if p >= 0.5]
+    assert vad.speech_frames(0, len(probs) * FRAME).tolist() == expected
+    assert vad.speech_frames(5 * FRAME, 10 * FRAME).tolist() == [5 * FRAME, 6 * FRAME, 9 * FRAME]  # [start, end)
+    assert vad.speech_seconds(0, len(probs) * FRAME) == pytest.approx(len(expected) * FRAME / SR)
+
+
 def test_streaming_equals_one_shot():
     rng = np.random.default_rng(0)
     t = np.arange(4 * SR) / SR
