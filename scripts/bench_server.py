@@ -178,7 +178,8 @@ async def run_level(host: str, n: int, clips, server_pid: int, seconds: float, s
         stats = next((m["stats"] for m in reversed(result.messages) if m["type"] == "stats"), {})
         clients.append({"client": i, "clips": name, "wer": round(own, 3), "finals": len(result.finals),
                         "close_code": result.close_code, "median_latency": round(statistics.median(lat), 3) if lat else None,
-                        "updates": stats.get("updates"), "load_at_end": stats.get("load")})
+                        "updates": stats.get("updates"), "continued": stats.get("continued"),
+                        "withdrawn": stats.get("withdrawn"), "load_at_end": stats.get("load")})
     busiest = sorted(((threads1.get(t, 0) - threads0.get(t, 0), t) for t in threads1), reverse=True)[:4]
     return {
         "clients": n,
