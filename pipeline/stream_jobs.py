@@ -117,9 +117,10 @@ def transcribe_job(
                 kept = restrict(probs, allowed)
                 req = _replace(req, language=max(kept, key=kept.get) if kept else None)
         result = yield DecodeCall(encoded, req)
-        rejected, words = _checked_words(tr, encoded, result, len(audio) / SAMPLE_RATE)
+        duration = len(audio) / SAMPLE_RATE
+        rejected, words = _checked_words(tr, encoded, result, duration)
         stats, others = result.stats, ()
-        skipped = stopped_at(words, len(audio) / SAMPLE_RATE, speech)
+        skipped = stopped_at(words, duration, speech)
         if skipped is not None:
             keep, stop = skipped
             rest = audio[int(stop * SAMPLE_RATE) :]  # (n - cut,)

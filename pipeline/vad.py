@@ -142,15 +142,17 @@ class SileroVad:
 
     def speech_seconds(self, start: int, end: int) -> float:
         """Seconds of speech frames (at or above threshold) starting in [start, end) (recent audio)."""
-        lo = bisect.bisect_left(self._speech_frames, start)
-        hi = bisect.bisect_left(self._speech_frames, end)
+        lo, hi = self._frames_in(start, end)
         return (hi - lo) * FRAME / SAMPLE_RATE
 
     def speech_frames(self, start: int, end: int) -> np.ndarray:
         """(m,) offsets (samples) of the speech frames starting in [start, end) (recent audio)."""
-        lo = bisect.bisect_left(self._speech_frames, start)
-        hi = bisect.bisect_left(self._speech_frames, end)
+        lo, hi = self._frames_in(start, end)
         return np.asarray(self._speech_frames[lo:hi], dtype=np.int64)
+
+    def _frames_in(self, start: int, end: int) -> tuple[int, int]:
+        """Indices [lo, hi) of the recent speech frames that start in [start, end)."""
+        return bisect.bisect_left(self._speech_frames, start), bisect.bisect_left(self._speech_frames, end)
 
     def flush(self) -> list[VadEvent]:
         """End of stream: close open speech at the last sample seen."""
