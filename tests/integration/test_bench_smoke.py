@@ -38,6 +38,7 @@ BENCHES = [
     ("bench_server.py", ["--clients", "2", "--configs", "spec", "--stream-seconds", "3"]),
     ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2", "--packing"]),
     ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--ray-sides", "ray1"]),
+    ("bench_align.py", ["--repeat", "1", "--seconds", "4"]),
 ]
 
 _outputs: dict[str, dict] = {}
@@ -164,6 +165,16 @@ def test_bench_encoder_sections(tmp_path_factory):
     assert all(0 < r["s_per_window_min"] <= r["s_per_window_median"] for r in report["rows"])
     assert [p["window_s"] for p in report["packing"]] == [6.0] and report["packing"][0]["plain_over_engine"] > 0
     assert set(report["attention_ms"]) == {"strided", "contiguous"} and min(report["attention_ms"].values()) > 0
+
+
+def test_bench_align_sections(tmp_path_factory):
+    script, args = next(b for b in BENCHES if b[0] == "bench_align.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    windows = report["windows"]
+    assert {"jfk", "physicsworks@20s+4s"} <= set(windows) and all(w["tokens"] > 0 for w in windows.values())
+    # the timed parts are inside the whole call
+    assert all(0 < w["dtw"] + w["median_filter"] < w["total"] for w in windows.values())
+    assert 0 < report["post_share"] < 1
 
 
 def test_bench_scaleout_sections(tmp_path_factory):

@@ -44,6 +44,9 @@ def test_dtw_matches_the_reference_including_ties():
         assert np.array_equal(ti, ref[0]) and np.array_equal(tj, ref[1])
     x = rng.integers(0, 2, size=(8, 15)).astype(float)  # many ties
     assert np.array_equal(np.stack(dtw(x)), dtw_reference(x))
+    for _ in range(40):  # ties everywhere, every shape: the diagonal, token and time steps all get chosen
+        x = rng.integers(0, 3, size=(rng.integers(1, 12), rng.integers(1, 30))).astype(float)
+        assert np.array_equal(np.stack(dtw(x)), dtw_reference(x))
 
 
 def test_dtw_follows_a_cheap_diagonal():
@@ -61,6 +64,17 @@ def test_median_filter_reflect_padding():
     padded = [9.0, 1.0, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 7.0]
     want = [float(np.median(padded[i : i + 3])) for i in range(7)]
     assert got.tolist() == [want]
+
+
+def test_median_filter_equals_torch_median_over_windows():
+    """The sorting network gives exactly what openai/whisper's unfold + median gives, ties included."""
+    gen = torch.Generator().manual_seed(0)
+    for width in (3, 5, 7):
+        for x in (torch.randn(3, 5, 40, generator=gen), torch.randint(0, 3, (2, 4, 9), generator=gen).float()):
+            pad = width // 2
+            padded = torch.nn.functional.pad(x.reshape(1, -1, x.shape[-1]), (pad, pad), mode="reflect")
+            want = padded.unfold(-1, width, 1).median(dim=-1).values.reshape(x.shape)
+            assert torch.equal(median_filter(x, width), want)
 
 
 def test_word_timings_at_token_jumps():
