@@ -19,6 +19,8 @@ from specscribe.pipeline.alternatives import split_words
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.lanes import DecodeCall
 from specscribe.pipeline.language import restrict
+from specscribe.pipeline.policy import LocalAgreementOptions
+from specscribe.pipeline.transcript import LongformOptions
 from specscribe.pipeline.vad import FRAME
 
 # Whisper's own guards (openai/whisper transcribe.py defaults)
@@ -26,10 +28,10 @@ NO_SPEECH_THRESHOLD = 0.6
 LOGPROB_THRESHOLD = -1.0
 COMPRESSION_RATIO_THRESHOLD = 2.4
 # a hypothesis that stopped early (transcribe_job, stopped_at)
-STALL_SPEECH = 1.0  # seconds of VAD speech after its last word
+STALL_SPEECH = LongformOptions.min_remainder_speech  # seconds of VAD speech after its last word (batch's rule)
 LONGEST_WORD = 1.5  # seconds: a last word "lasting" longer was stretched over speech Whisper skipped
 MIN_REST = 1.0  # seconds before and after the point where it stopped
-PROMPT_CHARS = 200  # characters of text before the rest given as its prompt
+PROMPT_CHARS = LocalAgreementOptions.prompt_chars  # characters of text before the rest given as its prompt
 
 
 @dataclass(frozen=True)
