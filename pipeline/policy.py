@@ -44,6 +44,10 @@ ABBREVIATIONS = frozenset({
     "capt", "lt", "sgt", "gov", "sen", "rep", "rev", "vs", "eg", "ie", "cf", "approx", "fig", "nr", "bzw", "zb", "usw",
 })
 _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
+# A hypothesis' first uncommitted word that repeats the last committed word(s) is that word decoded again only
+# if it starts within this many seconds of their end: DTW puts a re-decoded word where it was (a few hundredths
+# apart), while a word said again comes after it ("... just coffee." / "Coffee, it is.": 0.6 s later).
+REDECODED_WITHIN = 0.3
 
 
 def normalize_word(text: str) -> str:
@@ -263,9 +267,9 @@ class LocalAgreement:
         self._history = kept + [(self.audio_end, tail)]
 
     def _new_words(self, words: Sequence[Word]) -> list[Word]:
-        """The hypothesis minus what is already committed: by time, then by an n-gram overlap."""
+        """The hypothesis minus what is already committed: by time, then by an n-gram overlap at the same time."""
         new = [w for w in words if w.text.strip() and w.start > self._last_end - 0.1]
-        if new and self._in_buffer and abs(new[0].start - self._last_end) < 1.0:
+        if new and self._in_buffer and new[0].start - self._last_end < REDECODED_WITHIN:
             for n in range(min(len(self._in_buffer), len(new), 5), 0, -1):
                 tail = [normalize_word(w.text) for w in self._in_buffer[-n:]]
                 head = [normalize_word(w.text) for w in new[:n]]

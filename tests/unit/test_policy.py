@@ -62,6 +62,30 @@ def test_repeated_words_after_a_trim_are_not_committed_twice():
     assert texts(p.committed) == ["one", "two", "three", "four", "five"]
 
 
+def test_a_committed_word_decoded_again_is_dropped_but_a_word_said_again_is_kept():
+    p = LocalAgreement(LocalAgreementOptions(trim_after=100))
+    p.insert_audio(2.0)
+    p.process(words("maybe just coffee"))
+    p.process(words("maybe just coffee ."))
+    assert texts(p.committed) == ["maybe", "just", "coffee"]  # "coffee" ends at 1.4
+    # decoded again, its start DTW-shifted past the time filter (1.32 > 1.4 - 0.1): still the same word
+    again = words("maybe just") + [Word(1.32, 1.6, " coffee.")]
+    p.insert_audio(2.5)
+    p.process(again + [Word(2.0, 2.3, " Okay")])
+    p.process(again + [Word(2.0, 2.3, " Okay"), Word(2.4, 2.5, " then")])
+    assert texts(p.committed) == ["maybe", "just", "coffee", "Okay"]
+    # the word said again, 0.6 s after the committed one ended: speech, kept ("coffee. Coffee, it is.")
+    q = LocalAgreement(LocalAgreementOptions(trim_after=100))
+    q.insert_audio(2.0)
+    q.process(words("maybe just coffee"))
+    q.process(words("maybe just coffee"))
+    said = words("maybe just coffee") + [Word(2.0, 2.3, " Coffee,"), Word(2.4, 2.5, " it"), Word(2.5, 2.7, " is.")]
+    q.insert_audio(3.0)
+    q.process(said)
+    q.process(said)
+    assert texts(q.committed) == ["maybe", "just", "coffee", "Coffee,", "it", "is."]
+
+
 def test_trims_at_committed_sentence_end_and_builds_the_prompt():
     p = LocalAgreement()
     p.insert_audio(3.0)
