@@ -1,7 +1,13 @@
 """Compute type by hardware, overridable.
 
-CPU: bf16 with AVX512-BF16/AMX; else ``int8_float32`` (int8 dynamic encoder, float32 decoder);
-else float32. CUDA: float16.
+CPU: bf16 with AVX512-BF16/AMX; else float32. CUDA: float16.
+
+Why not ``int8_float32`` (int8 dynamic encoder, float32 decoder) on the other CPUs, as before
+2026-12-05: on the first AVX2-only EPYC this project ran its tests on, torch's dynamic int8 encoder
+(one activation scale per whole window) cost accuracy that CTranslate2's int8 does not: live JFK
+never locked English (language probability 0.50 where float32 reached 0.80), streamed "asked not" for
+"Ask not", and the streamed-vs-batch WER gap of the lecture test went past 2 points; float32 passed all
+of it. Its speed there: docs/benchmarks.md ("AVX2-only EPYC"). ``int8_float32`` stays selectable.
 
 Why the decoder stays float32 under int8: torch's dynamic int8 Linear quantizes its input with ONE
 scale for the whole (T, d) activation, so the logits of one row depend on the other rows of the
@@ -13,7 +19,7 @@ speed-up. ``int8`` is accepted as faster-whisper's name and loads the same model
 ``int8_float32``: a decoder whose text changes with the batch would not be lossless.
 
     resolve_device("auto") -> "cuda" | "cpu"
-    resolve_compute_type("auto", "cpu") -> "bfloat16" | "int8_float32" | "float32"
+    resolve_compute_type("auto", "cpu") -> "bfloat16" | "float32"
     model = prepare_model(model, "int8", "cpu")
 """
 
@@ -70,12 +76,12 @@ def resolve_compute_type(requested: str, device: str, flags: set[str] | None = N
     if requested != "auto":
         if device == "cuda" and requested.startswith("int8"):
             raise ValueError("int8 dynamic quantization runs on CPU only; use float16 on CUDA")
+        if requested.startswith("int8") and not int8_supported():
+            raise ValueError("int8 needs torch's quantized engine (fbgemm or qnnpack), which this torch lacks")
         return requested
     if device == "cuda":
         return "float16"
-    if cpu_has_fast_bf16(flags):
-        return "bfloat16"
-    return "int8_float32" if int8_supported() else "float32"
+    return "bfloat16" if cpu_has_fast_bf16(flags) else "float32"
 
 
 def set_threads(threads: int) -> None:

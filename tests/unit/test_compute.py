@@ -11,7 +11,7 @@ from specscribe.models.compute import (cpu_has_fast_bf16, pass_rows_for, query_b
 def test_auto_picks_by_cpu_flags():
     assert resolve_compute_type("auto", "cpu", {"avx512f", "amx_bf16", "amx_tile"}) == "bfloat16"
     assert resolve_compute_type("auto", "cpu", {"avx512f", "avx512_bf16"}) == "bfloat16"
-    assert resolve_compute_type("auto", "cpu", {"avx2", "fma"}) == "int8_float32"
+    assert resolve_compute_type("auto", "cpu", {"avx2", "fma"}) == "float32"  # not int8: see models/compute.py
     assert resolve_compute_type("auto", "cuda", {"avx2"}) == "float16"
 
 
