@@ -139,6 +139,9 @@ def pass_rows_for(compute_type: str, device: str, flags: set[str] | None = None)
     - 2-core Xeon with AMX, bf16 (query block 1): blocks of 16 cost 7.7 ms for one row, 32 ms for 16
       sequences, 32 ms for 33 rows of one; blocks of 8: 7.1, 34, 37 ms; of 32: 9.3, 32, 30 ms
       (benchmarks/xeon-amx/bench_engines_pass_shapes.json).
+    - 2-core AMD EPYC, AVX2 only, float32: blocks of 8 cost 39 ms for one row, 78 ms for 8 sequences and
+      151 ms for 16 (blocks of 4: 32, 95, 175 ms; of 16: 50, 92, 143 ms). Blocks of 4 were timed as the
+      default there and gave no clear gain in batch or live (benchmarks/epyc-avx2/bench_*_pass_rows.json).
     CUDA: untested here, 16.
     """
     if device == "cuda":

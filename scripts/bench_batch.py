@@ -23,6 +23,7 @@ WER on the files that have references (jfk and the LibriVox clips), plus each si
 disagreement with fw_transcribe on the lecture (physicsworks, no reference).
 
     python scripts/bench_batch.py --out artifacts/bench_batch.json [--repeat 3] [--batch-sizes 8,1,4,16]
+        [--no-physics] [--files N] [--no-fw] [--beam N] [--variant NAME=ARGS]
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", default="8,1,4,16", help="specscribe --batch-size values; the first is the default")
     parser.add_argument("--fw-beam", type=int, default=1, help="beam size of fw_batched (faster-whisper's default: 5)")
     parser.add_argument("--no-physics", action="store_true", help="skip the 203 s lecture (smoke runs)")
+    parser.add_argument("--files", type=int, default=0, metavar="N", help="only the first N files of the set "
+                        "(smoke runs; default: all)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where specscribe's sides run")
     parser.add_argument("--no-fw", action="store_true", help="leave faster-whisper's sides out")
     parser.add_argument("--beam", type=int, default=0,
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from specscribe.clips import batch_set
 
-    files = batch_set(lecture=not args.no_physics)
+    files = batch_set(lecture=not args.no_physics)[: args.files or None]
     paths = [f for f, _ in files]
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     sides = [f"specscribe_b{s}" for s in sizes] + [f"specscribe_b{sizes[0]}_{v}" for v in args.variants]

@@ -50,7 +50,8 @@ from specscribe.models.compute import resolve_compute_type
 from specscribe.models.engines import EngineOptions, load_transcriber
 from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
 from specscribe.pipeline.longform import LongformOptions, transcribe_audio
-from specscribe.pipeline.scheduler import ModelScheduler
+from specscribe.pipeline.load import LoadPolicy
+from specscribe.pipeline.scheduler import ModelScheduler, SchedulerOptions
 from specscribe.pipeline.session import StreamSession
 from specscribe.pipeline.types import StreamOptions
 from specscribe.pipeline.wer import wer
@@ -79,6 +80,7 @@ class Config:
     plain_encoder: bool = False  # the encoder unpacked (F.linear, then F.gelu), as before models/compute.py pack_encoder
     stale_pool: bool = False  # the loop's thread keeps an OpenMP pool beside the model thread's (models/openmp.py)
     continue_skipped: bool = True  # speech a decode skipped is decoded again on its own (stream_jobs.stopped_at)
+    load_levels: bool = True  # the scheduler's load levels (pipeline/load.py); False: always level 0
 
 
 CONFIGS = {
@@ -101,6 +103,9 @@ CONFIGS = {
     "spec-u025g": Config(update_interval=0.25, agree_gap=0.5),  # updates every 0.25 s, agreement 0.5 s apart
     "spec-qb1": Config(query_block=1),  # every attention row its own call (the engine before query blocks)
     "spec-shape8x4": Config(pass_rows=8, query_block=4),  # AVX512-BF16's pass shape (AMX's before 2026-12-04)
+    "spec-rows4": Config(pass_rows=4),  # target passes in blocks of 4 rows (tried for AVX2 float32, not adopted)
+    "spec-rows8": Config(pass_rows=8),  # ... of 8 (the default for float32, and for bf16 without AMX)
+    "spec-nolevels": Config(load_levels=False),  # a lone session never degrades, however slow its updates
     "spec-plainenc": Config(plain_encoder=True),  # the encoder without prepacked linears and fused GELU
     "spec-stalepool": Config(stale_pool=True),  # as before the scheduler released the loop thread's OpenMP pool
     "spec-nocontinue": Config(continue_skipped=False),  # as before 2026-12-05: skipped speech waits for the window
@@ -156,13 +161,14 @@ def cpu_clock(threads: int):
     return lambda: time.process_time() / threads
 
 
-async def simulate(transcriber, audio: np.ndarray, options: StreamOptions, chunk: float, timer=time.perf_counter):
+async def simulate(transcriber, audio: np.ndarray, options: StreamOptions, chunk: float, timer=time.perf_counter,
+                   scheduler_options: SchedulerOptions = SchedulerOptions()):
     """Play audio at real-time pace on a virtual clock charged with real compute. Returns events.
 
     timer: what a process() call is charged: wall time (perf_counter), or cpu_clock(threads) on
     a machine shared with other work, where wall time also counts the other processes' turns.
     """
-    scheduler = ModelScheduler(transcriber)
+    scheduler = ModelScheduler(transcriber, scheduler_options)
     now = [0.0]
     started: list[float | None] = [None]
 
@@ -329,13 +335,15 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
         keep_context=c.keep_context, agree_gap=c.agree_gap, continue_skipped=c.continue_skipped,
     )
+    never = (float("inf"),) * 3
+    scheduler_options = SchedulerOptions() if c.load_levels else SchedulerOptions(load=LoadPolicy(thresholds=never))
     all_p, all_f, per_clip, wers = [], [], {}, []
     totals = {"audio_s": 0.0, "compute_s": 0.0, "charged_s": 0.0, "wall_s": 0.0, "tokens": 0, "target_passes": 0}
     for name, audio in clips.items():
         t0, c0 = time.perf_counter(), time.process_time()
         timer = time.perf_counter if args.charge == "wall" else cpu_clock(args.threads)
         with stale_openmp_pool(c.stale_pool):
-            events = asyncio.run(simulate(tr, audio, options, args.chunk, timer))
+            events = asyncio.run(simulate(tr, audio, options, args.chunk, timer, scheduler_options))
         wall = time.perf_counter() - t0
         charged = wall if args.charge == "wall" else (time.process_time() - c0) / args.threads
         stats = next(e.stats for e in events if e.type == "stats")

@@ -30,7 +30,7 @@ BENCHES = [
         ["--repeat", "1", "--threads", "1", "--clips", "jfk", "--rows", "1,4", "--seqs", "1,2", "--batches", "1,2",
          "--prompts", "4,20", "--compute-types", _auto_compute_type()],
     ),
-    ("bench_batch.py", ["--repeat", "1", "--no-physics", "--batch-sizes", "2", "--beam", "2",
+    ("bench_batch.py", ["--repeat", "1", "--no-physics", "--files", "2", "--batch-sizes", "2", "--beam", "2",
                         "--variant", "shape8x4=--pass-rows 8 --query-block 4"]),
     ("bench_startup.py", ["--repeat", "1", "--cold", "0"]),
     ("bench_speculative.py", ["--repeat", "1", "--clips", "jfk"]),
@@ -80,6 +80,7 @@ def test_bench_batch_sections(tmp_path_factory):
     assert set(report["sides"]) == {"specscribe_b2", "fw_transcribe", "fw_batched", "specscribe_b2_beam2",
                                     "fw_transcribe_beam2", "specscribe_b2_shape8x4"}
     assert report["variants"] == {"specscribe_b2_shape8x4": ["--pass-rows", "8", "--query-block", "4"]}
+    assert [f["file"] for f in report["files"]] == ["jfk.flac", "sense_and_sensibility_01_austen_64kb-0870.wav"]  # --files 2
     assert all(side["wall_s_median"] > 0 and side["wer_scored"] < 0.1 for side in report["sides"].values())
     assert report["beam"]["width"] == 2 and report["beam"]["speedup_over_fw_transcribe"] > 0
 
