@@ -7,7 +7,8 @@ Why not ``int8_float32`` (int8 dynamic encoder, float32 decoder) on the other CP
 (one activation scale per whole window) cost accuracy that CTranslate2's int8 does not: live JFK
 never locked English (language probability 0.50 where float32 reached 0.80), streamed "asked not" for
 "Ask not", and jfk + LibriVox streamed at 5.4 % WER against batch's 1.1 % (2 points allowed); float32
-passed all of it. Its speed there: docs/benchmarks.md ("AVX2-only EPYC"). ``int8_float32`` stays selectable.
+passed all of it. Its speed there: docs/benchmarks.md ("Machine of these figures:
+benchmarks/epyc-avx2/"). ``int8_float32`` stays selectable.
 
 Why the decoder stays float32 under int8: torch's dynamic int8 Linear quantizes its input with ONE
 scale for the whole (T, d) activation, so the logits of one row depend on the other rows of the
