@@ -21,6 +21,10 @@ LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRPro
   under `trim_after`, else the last committed word), so the decoded
   span stays bounded and latency flat; the context kept is decoded again (and dropped by `_new_words`)
   because Whisper hears a short turn much better after the ones before it;
+- a word of the newest hypothesis that ends `settle_after` seconds before the audio's end is committed
+  (with the words before it) even if no partner agrees: it has heard that much speech after itself, and
+  hypotheses that keep disagreeing on it would otherwise hold every word after it back. On conversation a wobbling first word ("Does Delina need" / "The Elina needs") held 16 s of speech
+  uncommitted on a CPU whose updates come 2-3 s apart; each longer buffer made the next update slower still;
 - past `max_buffer` seconds the hypothesis is committed by force, so the buffer stays bounded;
 - at a pause (a VAD speech end) the hypothesis is committed up to its first unsure word; the unsure
   rest waits for the speech after the pause (Whisper often hears a word right only with what follows:
@@ -30,6 +34,7 @@ LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRPro
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
@@ -111,6 +116,8 @@ class LocalAgreementOptions:
             first uncommitted word (or the audio's end); 0 cuts at the last committed sentence end.
         agree_gap: seconds of audio a hypothesis' partner in agreement must be older by (the newest such
             hypothesis; three-way agreement likewise takes the partner's partner); 0: the previous one.
+        settle_after: a word of the newest hypothesis ending this many seconds before the audio's end is
+            committed without agreement, with the words before it (None: agreement, pauses and max_buffer only).
     """
 
     trim_after: float = 12.0
@@ -123,6 +130,7 @@ class LocalAgreementOptions:
     confident_after: float = 3.0
     keep_context: float = 0.0
     agree_gap: float = 0.0
+    settle_after: float | None = None
 
 
 class StreamingPolicy(Protocol):
@@ -203,6 +211,9 @@ class LocalAgreement:
             if unsure and (short or agreed >= thrice):
                 break
             agreed += 1
+        if o.settle_after is not None:  # words that have heard settle_after seconds after themselves
+            settled = self.audio_end - o.settle_after
+            agreed = max(agreed, len(list(itertools.takewhile(lambda w: w.end <= settled, new))))
         commit = new[:agreed]
         self._advance(commit, new[agreed:], found[-1] if len(found) == 2 else 0)
         if self.audio_end - self.buffer_start > self.options.max_buffer and self.partial:

@@ -6,9 +6,12 @@ update), and `finish()` at the end. A caller that queues audio while process() r
 chunk to `lookahead` as it arrives: if that audio ends the utterance, the update in flight is
 recalled, so the utterance's final does not wait for it. Each session owns all its state; model work goes through
 `ModelScheduler.run(session_id, job, priority)`: an utterance's last decode is FINAL, the updates
-before it UPDATE, translations BACKGROUND. Under load (`scheduler.load`, pipeline/load.py) updates
-come further apart, translations wait for utterance ends and decodes drop the kept context; finals are
-never skipped.
+before it UPDATE, translations BACKGROUND. Under load (pipeline/load.py) updates come further apart,
+translations wait for utterance ends and decodes drop the kept context; finals are never skipped. The
+load is the scheduler's (many sessions waiting on the model), or this stream's own if higher
+(`own_load`) for the update interval: the turnaround of its own decodes, so that a lone stream on a CPU too
+slow for it updates less often instead of falling behind real time (the scheduler, idle between its
+decodes, sees no lag).
 
 One update: encode the uncommitted buffer once (plus `encoder_pad` seconds, not a 30 s window), decode it (committed text as the prompt, the
 previous hypothesis as the speculative draft), align words, let the policy commit the words the
@@ -32,6 +35,7 @@ from specscribe.pipeline.alternatives import final_alternatives
 from specscribe.pipeline.caption_events import CaptionEvents
 from specscribe.pipeline.audio import SAMPLE_RATE, clean_samples
 from specscribe.pipeline.language import LanguageOptions, LanguageTracker
+from specscribe.pipeline.load import LagMeter
 from specscribe.pipeline.lookahead import Lookahead
 from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
@@ -71,8 +75,9 @@ class StreamSession:
         self._ahead = Lookahead(vad)  # hears the audio that waits while a job runs (lookahead)
         self._policy = policy or LocalAgreement(
             LocalAgreementOptions(options.trim_after, options.max_buffer, keep_context=options.keep_context,
-                                  agree_gap=options.agree_gap)
+                                  agree_gap=options.agree_gap, settle_after=options.settle_after)
         )
+        self._lag = LagMeter(scheduler.options.load)  # this stream's own decode turnaround (own_load)
         self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))
         self._pending: collections.deque[np.ndarray] = collections.deque()
         self._pending_n = 0
@@ -207,7 +212,7 @@ class StreamSession:
             if self._in_speech:
                 self._policy.insert_audio(self._ring.end / SAMPLE_RATE)
                 # under load, updates come further apart (pipeline/load.py)
-                interval = self.options.update_interval * self.scheduler.load.update_factor
+                interval = self.options.update_interval * self._update_factor
                 due = self._ring.end - self._last_update >= interval * SAMPLE_RATE
                 if self._pause_due():  # commit as at the utterance's end, before the VAD ends it
                     self._paused = True
@@ -222,6 +227,14 @@ class StreamSession:
                 events += self._captions.idle(self._ring.end / SAMPLE_RATE)
             self._trim_ring()
         return events + (self._translations.collect() if self._translations is not None else [])
+
+    @property
+    def _update_factor(self) -> int:
+        """update_interval is multiplied by this: by the scheduler's load level, or by this stream's own if higher
+        (options.own_load; pipeline/load.py). Only the interval: the kept context (what Whisper hears a short turn
+        with) and the held unsure words follow the scheduler's load alone (docs/benchmarks.md, AVX2 EPYC)."""
+        own = self._lag.load().update_factor if self.options.own_load else 1
+        return max(self.scheduler.load.update_factor, own)
 
     def _pause_due(self) -> bool:
         """options.pause_commit seconds of silence after this utterance's speech, not yet committed."""
@@ -340,6 +353,7 @@ class StreamSession:
                                  self.options.encoder_pad, detect, self.options.languages, speech)
             priority = Priority.FINAL if final else Priority.UPDATE
             self._updating = not final
+            submitted = self._clock()
             try:
                 hyp = await self.scheduler.run(self.session_id, job, priority)
             finally:
@@ -347,6 +361,7 @@ class StreamSession:
             if hyp is WITHDRAWN:  # an update taken back (withdraw_update, lookahead): no news
                 self._counts["withdrawn"] += 1
                 return []
+            self._lag.observe(self._clock() - submitted)
             self._decoded_to = end
             self._account(hyp.stats, "updates")
             if hyp.rejected:

@@ -111,6 +111,11 @@ class StreamOptions:
             its first unsure word, as at an utterance end but before the `min_silence` that ends it
             (None: wait for the end).
         lines: where finals are grouped into caption lines (`line` events).
+        settle_after: a word of the newest hypothesis that ends this many seconds before the audio's end is
+            final even if the hypotheses before it disagree on it (pipeline/policy.py); None: never.
+        own_load: this stream's updates come further apart, as under load (pipeline/load.py), when its own
+            decodes take long, even alone on the model (a CPU too slow for the model); False: only when the
+            scheduler is busy. Only the interval: kept context and held words follow the scheduler's load.
         continue_skipped: a decode that skipped speech the VAD heard (stopped early, or jumped over it)
             has the audio from there decoded again on its own (pipeline/stream_jobs.py stopped_at).
     """
@@ -139,3 +144,5 @@ class StreamOptions:
     pause_commit: float | None = None
     lines: LineOptions = LineOptions()
     continue_skipped: bool = True
+    settle_after: float | None = 4.0
+    own_load: bool = True

@@ -81,6 +81,8 @@ class Config:
     stale_pool: bool = False  # the loop's thread keeps an OpenMP pool beside the model thread's (models/openmp.py)
     continue_skipped: bool = True  # speech a decode skipped is decoded again on its own (stream_jobs.stopped_at)
     load_levels: bool = True  # the scheduler's load levels (pipeline/load.py); False: always level 0
+    settle_after: float | None = DEFAULT.settle_after  # None: words final by agreement only (pipeline/policy.py)
+    own_load: bool = DEFAULT.own_load  # False: a lone stream never degrades for its own slow decodes
 
 
 CONFIGS = {
@@ -105,7 +107,10 @@ CONFIGS = {
     "spec-shape8x4": Config(pass_rows=8, query_block=4),  # AVX512-BF16's pass shape (AMX's before 2026-12-04)
     "spec-rows4": Config(pass_rows=4),  # target passes in blocks of 4 rows (tried for AVX2 float32, not adopted)
     "spec-rows8": Config(pass_rows=8),  # ... of 8 (the default for float32, and for bf16 without AMX)
-    "spec-nolevels": Config(load_levels=False),  # a lone session never degrades, however slow its updates
+    "spec-nolevels": Config(load_levels=False),  # no load levels at all (neither the scheduler's nor the stream's own)
+    "spec-noown": Config(own_load=False),  # load levels from the scheduler only (before 2026-12-05)
+    "spec-nosettle": Config(settle_after=None),  # words final by agreement only (before 2026-12-05)
+    "spec-before": Config(settle_after=None, own_load=False),  # the policy and load levels before 2026-12-05
     "spec-plainenc": Config(plain_encoder=True),  # the encoder without prepacked linears and fused GELU
     "spec-stalepool": Config(stale_pool=True),  # as before the scheduler released the loop thread's OpenMP pool
     "spec-nocontinue": Config(continue_skipped=False),  # as before 2026-12-05: skipped speech waits for the window
@@ -334,6 +339,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
         keep_context=c.keep_context, agree_gap=c.agree_gap, continue_skipped=c.continue_skipped,
+        settle_after=c.settle_after, own_load=c.own_load and c.load_levels,
     )
     never = (float("inf"),) * 3
     scheduler_options = SchedulerOptions() if c.load_levels else SchedulerOptions(load=LoadPolicy(thresholds=never))

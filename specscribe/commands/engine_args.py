@@ -64,17 +64,27 @@ def engine_options(args: argparse.Namespace):
 
 
 def add_streaming_args(group) -> None:
-    """--update-interval, --agree-gap, --encoder-pad and --pause-commit (StreamOptions), for live and serve."""
+    """--update-interval, --agree-gap, --settle-after, --encoder-pad and --pause-commit (StreamOptions), for live
+    and serve."""
     group.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between updates")
     group.add_argument("--agree-gap", type=float, default=0.0, metavar="SECONDS",
                        help="a word is final once two hypotheses at least this much audio apart agree on it "
                        "(0: two successive updates; useful with a short --update-interval)")
+    group.add_argument("--settle-after", type=float, default=4.0, metavar="SECONDS",
+                       help="a word is final once this much audio has followed it, even if the hypotheses still "
+                       "disagree on it (bounds how late a final comes on a slow CPU; 0: agreement only; "
+                       "default: %(default)s)")
     group.add_argument("--encoder-pad", type=float, default=5.0, metavar="SECONDS",
                        help="each update encodes the buffer plus this much padding instead of a 30 s window "
                        "(faster; 30 = the full window, as batch transcription; default: %(default)s)")
     group.add_argument("--pause-commit", type=float, default=0.0, metavar="SECONDS",
                        help="after this much silence (e.g. 0.3) the words so far are final, before the VAD ends "
                        "the utterance (0: wait for its end, the default)")
+
+
+def settle_after(args) -> float | None:
+    """StreamOptions.settle_after from --settle-after (0: off)."""
+    return args.settle_after if args.settle_after > 0 else None
 
 
 def pause_commit(args) -> float | None:

@@ -10,7 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from specscribe.commands.engine_args import add_engine_args, add_streaming_args, engine_options, pause_commit
+from specscribe.commands.engine_args import (
+    add_engine_args, add_streaming_args, engine_options, pause_commit, settle_after,
+)
 
 # asyncio and the audio pipeline (numpy) are imported where used: building the CLI parser imports
 # every command module, and `specscribe transcribe` or `--help` need neither at that point.
@@ -76,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--update-interval must be in (0, 5] seconds")
     if not 0 <= args.agree_gap <= 5:
         return _fail("--agree-gap must be in [0, 5] seconds")
+    if args.settle_after < 0:
+        return _fail("--settle-after must be 0 or more")
     if not 1 <= args.beam_size <= 8:
         return _fail("--beam-size must be from 1 to 8")
     try:
@@ -112,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         interim_results=not args.no_partials,
         update_interval=args.update_interval,
         agree_gap=args.agree_gap,
+        settle_after=settle_after(args),
         encoder_pad=args.encoder_pad,
         pause_commit=pause_commit(args),
         draft=args.draft != "none",

@@ -6,7 +6,9 @@ import argparse
 import os
 import sys
 
-from specscribe.commands.engine_args import add_engine_args, add_streaming_args, engine_options, pause_commit
+from specscribe.commands.engine_args import (
+    add_engine_args, add_streaming_args, engine_options, pause_commit, settle_after,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -76,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--drain-timeout must be 0 or more")
     if args.agree_gap < 0:
         return _fail("--agree-gap must be 0 or more")
+    if args.settle_after < 0:
+        return _fail("--settle-after must be 0 or more")
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if not _is_loopback(args.host) and not api_key:
         print(f"specscribe serve: warning: listening on {args.host} without an API key; anyone who can reach "
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                         max_backlog_seconds=args.max_backlog_seconds),
         security=SecurityOptions(api_key=api_key, allowed_origins=tuple(args.allowed_origin)),
         stream_defaults=replace(StreamOptions(), update_interval=args.update_interval, agree_gap=args.agree_gap,
-                                encoder_pad=args.encoder_pad, pause_commit=pause_commit(args)),
+                                settle_after=settle_after(args), encoder_pad=args.encoder_pad, pause_commit=pause_commit(args)),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
         scheduler=SchedulerOptions(width=args.decode_width),
         max_connections=args.max_connections,

@@ -143,6 +143,23 @@ def test_max_buffer_forces_a_commit():
     assert u.buffer_start >= 1.9
 
 
+def test_settle_after_commits_old_words_the_hypotheses_keep_disagreeing_on():
+    """A wobbling first word holds everything after it back under agreement alone; with settle_after, the
+    newest hypothesis' words that have heard that many seconds after themselves are final anyway."""
+    committed = {}
+    for settle in (None, 3.0):
+        p = LocalAgreement(LocalAgreementOptions(settle_after=settle))
+        p.insert_audio(3.0)
+        first = p.process(words("does b c d e f"))
+        p.insert_audio(4.0)
+        u = p.process(words("the b c d e f g h"))  # disagrees from its first word: agreement commits nothing
+        assert first.committed == ()  # the first hypothesis' words have heard under 3 s after themselves
+        committed[settle] = texts(u.committed)
+        assert texts(u.committed + u.partial) == ["the", "b", "c", "d", "e", "f", "g", "h"]
+    assert committed[None] == []
+    assert committed[3.0] == ["the", "b"]  # ended by 1.0 s, 3 s before the audio's end; "c" (1.4 s) waits
+
+
 def test_finish_commits_everything_and_resets():
     p = LocalAgreement()
     p.insert_audio(2.0)

@@ -824,6 +824,54 @@ def test_from_load_level_2_decodes_drop_the_kept_context():
     assert reach_back(windows[2]) < 0.05
 
 
+class SlowTranscriber(FakeTranscriber):
+    """Each decode takes `delay` seconds of the session's clock: a CPU too slow for the model."""
+
+    def __init__(self, *args, clock: list[float], delay: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clock, self.delay = clock, delay
+
+    def decode(self, encoded, request):
+        self.clock[0] += self.delay
+        return super().decode(encoded, request)
+
+
+def _run_slow(audio, script, intervals, options, doubt=None, delay=1.5):
+    """A lone stream on a real ModelScheduler (load level 0) whose decodes each take `delay` seconds."""
+    async def main():
+        clock = [0.0]
+        tr = SlowTranscriber(audio, script, clock=clock, delay=delay)
+        tr.doubt = doubt or {}
+        scheduler = ModelScheduler(tr)
+        session = StreamSession(scheduler, options, "s", clock=lambda: clock[0], vad=ScriptedVad(intervals))
+        try:
+            return await stream(session, audio, 0.25, clock), tr
+        finally:
+            await scheduler.close()
+
+    return asyncio.run(main())
+
+
+def test_a_lone_stream_whose_decodes_are_slow_updates_less_often_and_keeps_its_context():
+    """Alone on the model the scheduler sees no lag (it is idle between the stream's decodes), but a stream
+    whose own decodes take 1.5 s is behind real time: with own_load its updates come 8 times further apart (load
+    level 3 of its own meter, pipeline/load.py); it still decodes with the kept context, and commits every word."""
+    starts = (0.5, 4.0, 7.5)
+    script = [(f"u{u}w{i}" + ("." if i == 5 else ""), s, e)
+              for u, t0 in enumerate(starts) for i, (_, s, e) in enumerate(make_script(6, start=t0))]
+    intervals = [(t0, t0 + 2.6) for t0 in starts]
+    audio = noise(12)
+    pad = StreamOptions().speech_pad
+    calls = {}
+    for own_load in (True, False):
+        events, tr = _run_slow(audio, script, intervals, StreamOptions(language="en", own_load=own_load))
+        assert finals_text(events) == [w for w, _, _ in script]
+        reach_back = max(max(a - pad for a, _ in intervals if a - pad < off + dur) - off for off, dur in tr.windows)
+        assert reach_back > 2.0  # the sentences before an utterance re-decoded as context, either way
+        calls[own_load] = tr.decode_calls
+    assert calls[True] < calls[False] / 2, calls
+
+
 def test_agree_gap_reaches_the_policy_and_the_cli(capsys):
     """StreamOptions.agree_gap is the session policy's (pipeline/policy.py tests its rule); `live` and `serve`
     take it as --agree-gap and refuse a negative one."""
@@ -837,3 +885,30 @@ def test_agree_gap_reaches_the_policy_and_the_cli(capsys):
     for argv in (["live", "--input", "missing.wav"], ["serve", "--port", "0"]):
         assert main([*argv, "--agree-gap", "-1"]) != 0
         assert "--agree-gap must be" in capsys.readouterr().err
+
+
+def test_a_lone_slow_stream_still_holds_unsure_words_over_a_pause():
+    """Its own load thins its updates out but holding costs no model time: the unsure word waits for the speech
+    after the pause, which corrects it (JFK's "asked not" for "ask not" in the browser test, with translation)."""
+    script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
+    script += [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=3.4))]
+    events, tr = _run_slow(noise(7.4), script, [(1.0, 2.7), (3.4, 5.1)], StreamOptions(),
+                           doubt={"a3": ("x3", 3.6)})
+    assert finals_text(events) == ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
+
+
+def test_settle_after_reaches_the_policy_and_the_cli(capsys):
+    """StreamOptions.settle_after is the session policy's (pipeline/policy.py tests its rule); `live` and `serve`
+    take it as --settle-after (its default the StreamOptions one; 0 turns it off) and refuse a negative one."""
+    from specscribe.cli import build_parser, main
+    from specscribe.commands.engine_args import settle_after
+
+    session = StreamSession(ModelScheduler(object()), StreamOptions(vad=False, settle_after=6.0), "s")
+    assert session._policy.options.settle_after == 6.0
+    for command in ("live", "serve"):
+        assert settle_after(build_parser().parse_args([command])) == StreamOptions().settle_after
+        assert settle_after(build_parser().parse_args([command, "--settle-after", "2.5"])) == 2.5
+        assert settle_after(build_parser().parse_args([command, "--settle-after", "0"])) is None
+    for argv in (["live", "--input", "missing.wav"], ["serve", "--port", "0"]):
+        assert main([*argv, "--settle-after", "-1"]) != 0
+        assert "--settle-after must be" in capsys.readouterr().err
