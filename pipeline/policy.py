@@ -23,8 +23,9 @@ LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRPro
   because Whisper hears a short turn much better after the ones before it;
 - a word of the newest hypothesis that ends `settle_after` seconds before the audio's end is committed
   (with the words before it) even if no partner agrees: it has heard that much speech after itself, and
-  hypotheses that keep disagreeing on it would otherwise hold every word after it back. On conversation a wobbling first word ("Does Delina need" / "The Elina needs") held 16 s of speech
-  uncommitted on a CPU whose updates come 2-3 s apart; each longer buffer made the next update slower still;
+  hypotheses that keep disagreeing on it would otherwise hold every word after it back. On conversation a
+  wobbling first word ("Does Delina need" / "The Elina needs") held 16 s of speech uncommitted on a CPU whose
+  updates come 2-3 s apart; each longer buffer made the next update slower still;
 - past `max_buffer` seconds the hypothesis is committed by force, so the buffer stays bounded;
 - at a pause (a VAD speech end) the hypothesis is committed up to its first unsure word; the unsure
   rest waits for the speech after the pause (Whisper often hears a word right only with what follows:

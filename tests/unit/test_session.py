@@ -872,6 +872,16 @@ def test_a_lone_stream_whose_decodes_are_slow_updates_less_often_and_keeps_its_c
     assert calls[True] < calls[False] / 2, calls
 
 
+def test_a_lone_slow_stream_still_holds_unsure_words_over_a_pause():
+    """Its own load thins its updates out but holding costs no model time: the unsure word waits for the speech
+    after the pause, which corrects it (JFK's "asked not" for "ask not" in the browser test, with translation)."""
+    script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
+    script += [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=3.4))]
+    events, tr = _run_slow(noise(7.4), script, [(1.0, 2.7), (3.4, 5.1)], StreamOptions(),
+                           doubt={"a3": ("x3", 3.6)})
+    assert finals_text(events) == ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
+
+
 def test_agree_gap_reaches_the_policy_and_the_cli(capsys):
     """StreamOptions.agree_gap is the session policy's (pipeline/policy.py tests its rule); `live` and `serve`
     take it as --agree-gap and refuse a negative one."""
@@ -885,16 +895,6 @@ def test_agree_gap_reaches_the_policy_and_the_cli(capsys):
     for argv in (["live", "--input", "missing.wav"], ["serve", "--port", "0"]):
         assert main([*argv, "--agree-gap", "-1"]) != 0
         assert "--agree-gap must be" in capsys.readouterr().err
-
-
-def test_a_lone_slow_stream_still_holds_unsure_words_over_a_pause():
-    """Its own load thins its updates out but holding costs no model time: the unsure word waits for the speech
-    after the pause, which corrects it (JFK's "asked not" for "ask not" in the browser test, with translation)."""
-    script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
-    script += [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=3.4))]
-    events, tr = _run_slow(noise(7.4), script, [(1.0, 2.7), (3.4, 5.1)], StreamOptions(),
-                           doubt={"a3": ("x3", 3.6)})
-    assert finals_text(events) == ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
 
 
 def test_settle_after_reaches_the_policy_and_the_cli(capsys):
