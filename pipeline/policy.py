@@ -54,6 +54,9 @@ _PUNCT = re.compile(r"[^\w']+", re.UNICODE)
 # if it starts within this many seconds of their end: DTW puts a re-decoded word where it was (a few hundredths
 # apart), while a word said again comes after it ("... just coffee." / "Coffee, it is.": 0.6 s later).
 REDECODED_WITHIN = 0.3
+# The committed words a hypothesis decoded again (the kept context) are found by their text when their last one ends
+# within this many seconds of the last commit's end (LocalAgreement._after_committed).
+REALIGN_WITHIN = 0.5
 
 
 def normalize_word(text: str) -> str:
@@ -279,8 +282,14 @@ class LocalAgreement:
         self._history = kept + [(self.audio_end, tail)]
 
     def _new_words(self, words: Sequence[Word]) -> list[Word]:
-        """The hypothesis minus what is already committed: by time, then by an n-gram overlap at the same time."""
-        new = [w for w in words if w.text.strip() and w.start > self._last_end - 0.1]
+        """The hypothesis minus what is already committed: the words after the committed words it decoded again,
+        found by their text; without them, by time, then by an n-gram overlap at the same time."""
+        words = [w for w in words if w.text.strip()]
+        after = self._after_committed(words)
+        if after is not None:  # times clamped so that finals stay in order
+            return [w if w.start >= self._last_end else Word(self._last_end, max(w.end, self._last_end), w.text,
+                                                                 w.probability) for w in words[after:]]
+        new = [w for w in words if w.start > self._last_end - 0.1]
         if new and self._in_buffer and new[0].start - self._last_end < REDECODED_WITHIN:
             for n in range(min(len(self._in_buffer), len(new), 5), 0, -1):
                 tail = [normalize_word(w.text) for w in self._in_buffer[-n:]]
@@ -289,6 +298,21 @@ class LocalAgreement:
                     new = new[n:]
                     break
         return new
+
+    def _after_committed(self, words: Sequence[Word]) -> int | None:
+        """Where the words after the last committed ones begin in a hypothesis that decoded the kept context again:
+        after its longest run (up to 5 words) equal to the last committed words whose last word ends within
+        REALIGN_WITHIN of the last commit's end (the nearest such run); None without one. The text decides, not
+        the times: DTW moves a boundary by tenths between decodes, and a time rule alone dropped JFK's "ask" that
+        followed a committed "you." (7.08-7.58) at 7.44-8.46 in a decode that heard "you," end at 7.42."""
+        said = [normalize_word(w.text) for w in words]
+        tail = [normalize_word(w.text) for w in self._in_buffer[-5:]]
+        for n in range(min(len(tail), len(said)), 0, -1):
+            runs = [i for i in range(n, len(said) + 1)
+                    if said[i - n : i] == tail[-n:] and abs(words[i - 1].end - self._last_end) <= REALIGN_WITHIN]
+            if runs:
+                return min(runs, key=lambda i: abs(words[i - 1].end - self._last_end))
+        return None
 
     def _commit(self, words: Sequence[Word]) -> None:
         if not words:

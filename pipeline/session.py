@@ -78,6 +78,7 @@ class StreamSession:
                                   agree_gap=options.agree_gap, settle_after=options.settle_after)
         )
         self._lag = LagMeter(scheduler.options.load)  # this stream's own decode turnaround (own_load)
+        self._own_level_max = 0  # the highest level of self._lag so far (stats: stream_load)
         self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))
         self._pending: collections.deque[np.ndarray] = collections.deque()
         self._pending_n = 0
@@ -178,8 +179,16 @@ class StreamSession:
             rejected=self._counts["rejected"],
             continued=self._counts["continued"],
             finals=self._captions.finals,
+            stream_load=self._stream_load(),
         )
         return out
+
+    def _stream_load(self) -> dict:
+        """This stream's own load (its decodes' turnaround, pipeline/load.py): now and its highest level. It sets
+        only the update interval (_update_factor), so keep_context and hold_unsure are left out."""
+        own = self._lag.load()
+        return {"level": own.level, "lag_s": round(own.lag_s, 3), "update_factor": own.update_factor,
+                "level_max": self._own_level_max}
 
     # ---- internals ----
     def _event(self, type_: str, **fields) -> CaptionEvent:
@@ -362,6 +371,7 @@ class StreamSession:
                 self._counts["withdrawn"] += 1
                 return []
             self._lag.observe(self._clock() - submitted)
+            self._own_level_max = max(self._own_level_max, self._lag.load().level)
             self._decoded_to = end
             self._account(hyp.stats, "updates")
             if hyp.rejected:

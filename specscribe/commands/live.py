@@ -201,15 +201,21 @@ async def _live(source, transcriber, options, output: str | None) -> int:
         await scheduler.close()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.remove_signal_handler(signal.SIGINT)
-    stats = next((e.stats for e in events if e.type == "stats"), None) or {}
-    tpp = stats.get("tokens_per_target_pass") or 0
-    print(
-        f"[{stats.get('audio_s', 0):.1f} s audio, real-time factor {stats.get('rtf', 0):.2f}, "
-        + (f"{tpp:.2f} tokens per target pass, " if tpp else "")
-        + f"{stats.get('finals', 0)} finals]",
-        file=sys.stderr,
-    )
+    for line in summary(next((e.stats for e in events if e.type == "stats"), None) or {}):
+        print(line, file=sys.stderr)
     if error is not None:
         print(f"specscribe live: error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def summary(stats: dict) -> list[str]:
+    """The lines `live` ends with: the stream's figures, and a word when its decodes fell behind the audio (its own
+    load level, pipeline/load.py; on a CPU too slow for the model, partials then come further apart)."""
+    tpp = stats.get("tokens_per_target_pass") or 0
+    lines = [f"[{stats.get('audio_s', 0):.1f} s audio, real-time factor {stats.get('rtf', 0):.2f}, "
+             + (f"{tpp:.2f} tokens per target pass, " if tpp else "") + f"{stats.get('finals', 0)} finals]"]
+    if (level := (stats.get("stream_load") or {}).get("level_max", 0)) > 0:
+        lines.append(f"[decodes fell behind the audio (own load level {level} of 3): partials came further apart; a "
+                     "faster CPU keeps up, or for English --model tiny.en (faster, less accurate: docs/benchmarks.md)]")
+    return lines

@@ -86,6 +86,24 @@ def test_a_committed_word_decoded_again_is_dropped_but_a_word_said_again_is_kept
     assert texts(q.committed) == ["maybe", "just", "coffee", "Coffee,", "it", "is."]
 
 
+def test_a_new_word_that_dtw_starts_inside_the_last_committed_word_is_kept():
+    """JFK on the ct2 engine: "you." committed ending at 7.58; the next decodes hear "you," end at 7.42 and "ask"
+    start at 7.44, before the commit's end. The committed words they decoded again (the kept context, as live keeps
+    it) say where the new ones begin."""
+    p = LocalAgreement(LocalAgreementOptions(trim_after=100, keep_context=8.0))
+    said = [Word(6.62, 6.82, " do"), Word(6.82, 7.08, " for")]
+    p.insert_audio(8.0)
+    p.process(said + [Word(7.08, 7.58, " you.")])
+    p.process(said + [Word(7.08, 7.58, " you.")])
+    assert texts(p.committed) == ["do", "for", "you."]
+    again = said + [Word(7.08, 7.42, " you,"), Word(7.44, 8.46, " ask"), Word(8.48, 8.9, " what")]
+    p.insert_audio(9.0)
+    p.process(again)
+    u = p.process(again)
+    assert texts(u.committed) == ["ask", "what"]
+    assert u.committed[0].start == 7.58 and u.committed[0].end == 8.46  # clamped: finals stay in order
+
+
 def test_trims_at_committed_sentence_end_and_builds_the_prompt():
     p = LocalAgreement()
     p.insert_audio(3.0)

@@ -854,8 +854,9 @@ def _run_slow(audio, script, intervals, options, doubt=None, delay=1.5):
 
 def test_a_lone_stream_whose_decodes_are_slow_updates_less_often_and_keeps_its_context():
     """Alone on the model the scheduler sees no lag (it is idle between the stream's decodes), but a stream
-    whose own decodes take 1.5 s is behind real time: with own_load its updates come 8 times further apart (load
-    level 3 of its own meter, pipeline/load.py); it still decodes with the kept context, and commits every word."""
+    whose own decodes take 1.5 s is behind real time: with own_load its updates come 4 times further apart (load
+    level 2 of its own meter, pipeline/load.py); it still decodes with the kept context, and commits every word.
+    Its stats say so (stream_load), and a stream whose decodes are quick shows level 0."""
     starts = (0.5, 4.0, 7.5)
     script = [(f"u{u}w{i}" + ("." if i == 5 else ""), s, e)
               for u, t0 in enumerate(starts) for i, (_, s, e) in enumerate(make_script(6, start=t0))]
@@ -869,7 +870,12 @@ def test_a_lone_stream_whose_decodes_are_slow_updates_less_often_and_keeps_its_c
         reach_back = max(max(a - pad for a, _ in intervals if a - pad < off + dur) - off for off, dur in tr.windows)
         assert reach_back > 2.0  # the sentences before an utterance re-decoded as context, either way
         calls[own_load] = tr.decode_calls
+        own = events[-1].stats["stream_load"]  # reported to the client either way (protocol.md, Load)
+        assert events[-1].type == "stats" and own["level_max"] == 2 and own["update_factor"] == 4
     assert calls[True] < calls[False] / 2, calls
+    events, _ = _run_slow(audio, script, intervals, StreamOptions(language="en"), delay=0.05)
+    assert events[-1].stats["stream_load"] == {"level": 0, "lag_s": pytest.approx(0.05, abs=0.05), "update_factor": 1,
+                                               "level_max": 0}
 
 
 def test_a_lone_slow_stream_still_holds_unsure_words_over_a_pause():
