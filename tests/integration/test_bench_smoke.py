@@ -27,7 +27,7 @@ def _auto_compute_type() -> str:
 BENCHES = [
     (
         "bench_engines.py",
-        ["--repeat", "1", "--threads", "1", "--clips", "jfk", "--rows", "1,4", "--seqs", "1,2", "--batches", "1,2",
+        ["--repeat", "1", "--threads", "2", "--clips", "jfk", "--rows", "1,4", "--seqs", "1,2", "--batches", "1,2",
          "--prompts", "4,20", "--compute-types", _auto_compute_type()],
     ),
     ("bench_batch.py", ["--repeat", "1", "--no-physics", "--files", "2", "--batch-sizes", "2", "--beam", "2",
