@@ -82,11 +82,6 @@ def add_streaming_args(group) -> None:
                        "the utterance (0: wait for its end, the default)")
 
 
-def settle_after(args) -> float | None:
-    """StreamOptions.settle_after from --settle-after (0: off)."""
-    return args.settle_after if args.settle_after > 0 else None
-
-
-def pause_commit(args) -> float | None:
-    """StreamOptions.pause_commit from --pause-commit (0: off)."""
-    return args.pause_commit if args.pause_commit > 0 else None
+def seconds_or_off(seconds: float) -> float | None:
+    """A StreamOptions duration from a flag where 0 means off (--settle-after, --pause-commit): None for 0."""
+    return seconds if seconds > 0 else None

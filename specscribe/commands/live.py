@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from specscribe.commands.engine_args import (
-    add_engine_args, add_streaming_args, engine_options, pause_commit, settle_after,
+    add_engine_args, add_streaming_args, engine_options, seconds_or_off,
 )
 
 # asyncio and the audio pipeline (numpy) are imported where used: building the CLI parser imports
@@ -116,9 +116,9 @@ def run(args: argparse.Namespace) -> int:
         interim_results=not args.no_partials,
         update_interval=args.update_interval,
         agree_gap=args.agree_gap,
-        settle_after=settle_after(args),
+        settle_after=seconds_or_off(args.settle_after),
         encoder_pad=args.encoder_pad,
-        pause_commit=pause_commit(args),
+        pause_commit=seconds_or_off(args.pause_commit),
         draft=args.draft != "none",
         beam_size=args.beam_size,
         hotwords=args.hotwords.strip(),

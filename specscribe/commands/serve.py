@@ -7,7 +7,7 @@ import os
 import sys
 
 from specscribe.commands.engine_args import (
-    add_engine_args, add_streaming_args, engine_options, pause_commit, settle_after,
+    add_engine_args, add_streaming_args, engine_options, seconds_or_off,
 )
 
 
@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
                         max_backlog_seconds=args.max_backlog_seconds),
         security=SecurityOptions(api_key=api_key, allowed_origins=tuple(args.allowed_origin)),
         stream_defaults=replace(StreamOptions(), update_interval=args.update_interval, agree_gap=args.agree_gap,
-                                settle_after=settle_after(args), encoder_pad=args.encoder_pad, pause_commit=pause_commit(args)),
+                                settle_after=seconds_or_off(args.settle_after), encoder_pad=args.encoder_pad,
+                                pause_commit=seconds_or_off(args.pause_commit)),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
         scheduler=SchedulerOptions(width=args.decode_width),
         max_connections=args.max_connections,

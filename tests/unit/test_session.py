@@ -907,14 +907,14 @@ def test_settle_after_reaches_the_policy_and_the_cli(capsys):
     """StreamOptions.settle_after is the session policy's (pipeline/policy.py tests its rule); `live` and `serve`
     take it as --settle-after (its default the StreamOptions one; 0 turns it off) and refuse a negative one."""
     from specscribe.cli import build_parser, main
-    from specscribe.commands.engine_args import settle_after
+    from specscribe.commands.engine_args import seconds_or_off
 
     session = StreamSession(ModelScheduler(object()), StreamOptions(vad=False, settle_after=6.0), "s")
     assert session._policy.options.settle_after == 6.0
     for command in ("live", "serve"):
-        assert settle_after(build_parser().parse_args([command])) == StreamOptions().settle_after
-        assert settle_after(build_parser().parse_args([command, "--settle-after", "2.5"])) == 2.5
-        assert settle_after(build_parser().parse_args([command, "--settle-after", "0"])) is None
+        assert seconds_or_off(build_parser().parse_args([command]).settle_after) == StreamOptions().settle_after
+        assert seconds_or_off(build_parser().parse_args([command, "--settle-after", "2.5"]).settle_after) == 2.5
+        assert seconds_or_off(build_parser().parse_args([command, "--settle-after", "0"]).settle_after) is None
     for argv in (["live", "--input", "missing.wav"], ["serve", "--port", "0"]):
         assert main([*argv, "--settle-after", "-1"]) != 0
         assert "--settle-after must be" in capsys.readouterr().err
