@@ -22,7 +22,8 @@ keeps a LagMeter of its own decodes' turnaround and spaces its updates by the hi
 (pipeline/session.py `_update_factor`, StreamOptions.own_load): the scheduler's lag resets whenever the model
 is idle, which for a lone stream is between every two of its decodes, so on a CPU too slow for the model (an
 AVX2-only EPYC, where a lone conversation update takes 1-3 s) only the stream's own meter sees that it is behind
-real time. The rest of a level (kept context, held words, translations) follows the scheduler's lag alone:
+real time; that meter starts afresh with an utterance after a long pause, whose decodes are short again. The
+rest of a level (kept context, held words, translations) follows the scheduler's lag alone:
 dropping the context cost a lone stream there 5-8 WER points on conversation (docs/benchmarks.md). The
 thresholds are set for finals within about 2.5 s: an update alone takes 0.1-0.2 s on a 2-core
 AMX Xeon, so level 1 means several sessions' work queued ahead of each job.

@@ -273,6 +273,7 @@ class StreamSession:
             if start - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:  # after a long pause: a new utterance
                 events = await self._release_held()
                 self._policy.skip(start / SAMPLE_RATE)
+                self._lag.reset()  # its decodes start short again, without the context the lag was measured with
             if self._tracker is not None:
                 self._tracker.new_utterance()  # its language is checked afresh
             self._utterance_start = start

@@ -116,6 +116,8 @@ class StreamOptions:
         own_load: this stream's updates come further apart, as under load (pipeline/load.py), when its own
             decodes take long, even alone on the model (a CPU too slow for the model); False: only when the
             scheduler is busy. Only the interval: kept context and held words follow the scheduler's load.
+            The stream's own meter starts afresh with an utterance after a long pause (its decodes are short
+            again: no context before it).
         continue_skipped: a decode that skipped speech the VAD heard (stopped early, or jumped over it)
             has the audio from there decoded again on its own (pipeline/stream_jobs.py stopped_at).
     """

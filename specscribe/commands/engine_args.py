@@ -82,6 +82,18 @@ def add_streaming_args(group) -> None:
                        "the utterance (0: wait for its end, the default)")
 
 
+def check_streaming_args(args) -> str | None:
+    """What is wrong with the add_streaming_args flags, in the words of the error to print; None if nothing."""
+    if not 0 < args.update_interval <= 5:
+        return "--update-interval must be in (0, 5] seconds"
+    if not 0 <= args.agree_gap <= 5:
+        return "--agree-gap must be in [0, 5] seconds"
+    for flag in ("settle_after", "encoder_pad", "pause_commit"):
+        if getattr(args, flag) < 0:
+            return f"--{flag.replace('_', '-')} must be 0 or more"
+    return None
+
+
 def seconds_or_off(seconds: float) -> float | None:
     """A StreamOptions duration from a flag where 0 means off (--settle-after, --pause-commit): None for 0."""
     return seconds if seconds > 0 else None

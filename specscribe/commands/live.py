@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from specscribe.commands.engine_args import (
-    add_engine_args, add_streaming_args, engine_options, seconds_or_off,
+    add_engine_args, add_streaming_args, check_streaming_args, engine_options, seconds_or_off,
 )
 
 # asyncio and the audio pipeline (numpy) are imported where used: building the CLI parser imports
@@ -74,12 +74,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.realtime and not args.input:
         return _fail("--realtime needs --input FILE")
-    if args.update_interval <= 0 or args.update_interval > 5:
-        return _fail("--update-interval must be in (0, 5] seconds")
-    if not 0 <= args.agree_gap <= 5:
-        return _fail("--agree-gap must be in [0, 5] seconds")
-    if args.settle_after < 0:
-        return _fail("--settle-after must be 0 or more")
+    if (problem := check_streaming_args(args)) is not None:
+        return _fail(problem)
     if not 1 <= args.beam_size <= 8:
         return _fail("--beam-size must be from 1 to 8")
     try:

@@ -7,7 +7,7 @@ import os
 import sys
 
 from specscribe.commands.engine_args import (
-    add_engine_args, add_streaming_args, engine_options, seconds_or_off,
+    add_engine_args, add_streaming_args, check_streaming_args, engine_options, seconds_or_off,
 )
 
 
@@ -71,15 +71,13 @@ def run(args: argparse.Namespace) -> int:
     if args.max_connections is None:
         args.max_connections = max(64, 2 * args.max_clients)
     for name in ("max_clients", "max_connections", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb",
-                 "update_interval", "max_backlog_seconds", "decode_width"):
+                 "max_backlog_seconds", "decode_width"):
         if getattr(args, name) <= 0:
             return _fail(f"--{name.replace('_', '-')} must be positive")
     if args.drain_timeout < 0:
         return _fail("--drain-timeout must be 0 or more")
-    if args.agree_gap < 0:
-        return _fail("--agree-gap must be 0 or more")
-    if args.settle_after < 0:
-        return _fail("--settle-after must be 0 or more")
+    if (problem := check_streaming_args(args)) is not None:
+        return _fail(problem)
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if not _is_loopback(args.host) and not api_key:
         print(f"specscribe serve: warning: listening on {args.host} without an API key; anyone who can reach "

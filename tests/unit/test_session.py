@@ -878,6 +878,23 @@ def test_a_lone_stream_whose_decodes_are_slow_updates_less_often_and_keeps_its_c
                                                "level_max": 0}
 
 
+def test_a_slow_streams_own_load_starts_afresh_after_a_long_pause():
+    """A lone slow stream reaches level 2 of its own meter in its first utterance; after a pause longer than
+    CONTEXT_GAP the next utterance decodes without context (short, cheap decodes), so its first update comes
+    as soon after its start as the first utterance's did (the meter is reset), not four intervals later. Every
+    word is committed either way."""
+    starts = (0.5, 6.5)
+    script = [(f"u{u}w{i}" + ("." if i == 5 else ""), s, e)
+              for u, t0 in enumerate(starts) for i, (_, s, e) in enumerate(make_script(6, start=t0))]
+    intervals = [(t0, t0 + 2.6) for t0 in starts]
+    options = StreamOptions(language="en")
+    events, tr = _run_slow(noise(10), script, intervals, options)
+    assert finals_text(events) == [w for w, _, _ in script]
+    assert events[-1].stats["stream_load"]["level_max"] == 2  # the first utterance's decodes were behind
+    after = [min(off + dur for off, dur in tr.windows if off + dur > t0) - t0 for t0 in starts]
+    assert after[1] == pytest.approx(after[0]) and after[0] < 2 * options.update_interval, (after, tr.windows)
+
+
 def test_a_lone_slow_stream_still_holds_unsure_words_over_a_pause():
     """Its own load thins its updates out but holding costs no model time: the unsure word waits for the speech
     after the pause, which corrects it (JFK's "asked not" for "ask not" in the browser test, with translation)."""
@@ -918,3 +935,20 @@ def test_settle_after_reaches_the_policy_and_the_cli(capsys):
     for argv in (["live", "--input", "missing.wav"], ["serve", "--port", "0"]):
         assert main([*argv, "--settle-after", "-1"]) != 0
         assert "--settle-after must be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--update-interval", "0", "--update-interval must be in (0, 5] seconds"),
+    ("--update-interval", "6", "--update-interval must be in (0, 5] seconds"),
+    ("--agree-gap", "5.5", "--agree-gap must be in [0, 5] seconds"),
+    ("--encoder-pad", "-1", "--encoder-pad must be 0 or more"),
+    ("--pause-commit", "-0.3", "--pause-commit must be 0 or more"),
+])
+def test_live_and_serve_refuse_the_same_bad_streaming_flags_in_the_same_words(flag, value, message, capsys):
+    """One check (engine_args.check_streaming_args) for both commands' streaming flags: a negative --encoder-pad
+    would have encoded less than the audio, a negative --pause-commit silently meant off."""
+    from specscribe.cli import main
+
+    for argv in (["live", "--input", "missing.wav"], ["serve", "--port", "0"]):
+        assert main([*argv, flag, value]) == 2
+        assert message in capsys.readouterr().err
