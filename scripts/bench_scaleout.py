@@ -6,7 +6,7 @@ decoding included, as a user meets them):
 - ``ray1``, ``ray2``: `--ray local --workers 1` / `--workers 2` (a Ray instance started by the run,
   one or two transcriber actors, the machine's cores split between them).
 Two folders: ``small`` (jfk alone, 11 s) and ``full`` (the lecture, jfk and the five LibriVox clips,
-239 s in 7 files; without the lecture with ``--no-physics``). Sides and folders run interleaved in a rotating order, ``--repeat`` times.
+239 s in 7 files; without the lecture with ``--no-physics``, its first N files with ``--files N``). Sides and folders run interleaved in a rotating order, ``--repeat`` times.
 
 From the medians, Ray's overhead against the local run: the fixed part (start-up, actor start and
 model load, shut-down: the small folder's difference) and the marginal part of the full folder over
@@ -30,14 +30,16 @@ from pathlib import Path
 SIDES = {"local": [], "ray1": ["--ray", "local", "--workers", "1"], "ray2": ["--ray", "local", "--workers", "2"]}
 
 
-def folders(work: Path, physics: bool) -> dict[str, Path]:
+def folders(work: Path, physics: bool, limit: int = 0) -> dict[str, Path]:
+    """The small folder (jfk) and the full one (the batch set, its first `limit` files if limit > 0)."""
     from specscribe.clips import batch_set, clips_dir
 
     small, full = work / "small", work / "full"
     small.mkdir()
     full.mkdir()
     shutil.copy(clips_dir() / "jfk.flac", small)
-    for f, _ in batch_set(lecture=physics):
+    chosen = batch_set(lecture=physics)
+    for f, _ in chosen[:limit] if limit > 0 else chosen:
         shutil.copy(f, full)
     return {"small": small, "full": full}
 
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--ray-sides", default="ray1,ray2", help="Ray sides to run (local always runs)")
     parser.add_argument("--no-physics", action="store_true", help="leave the 203 s lecture out (smoke runs)")
+    parser.add_argument("--files", type=int, default=0, metavar="N",
+                        help="the full folder holds only the first N files of the set (smoke runs; 0: all)")
     args = parser.parse_args(argv)
     ray_sides = [s for s in args.ray_sides.split(",") if s]
     if not set(ray_sides) <= set(SIDES) - {"local"}:
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     outputs: dict[tuple[str, str], dict[str, bytes]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        inputs = folders(work, not args.no_physics)
+        inputs = folders(work, not args.no_physics, args.files)
         audio = {name: sum(len(load_audio(f)) / SAMPLE_RATE for f in folder.iterdir()) for name, folder in inputs.items()}
         files = {name: len(list(folder.iterdir())) for name, folder in inputs.items()}
         for rep in range(args.repeat):

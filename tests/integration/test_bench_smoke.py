@@ -37,7 +37,7 @@ BENCHES = [
     ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec", "--repeat", "1", "--offsets", "0,0.2"]),
     ("bench_server.py", ["--clients", "2", "--configs", "spec", "--stream-seconds", "3"]),
     ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2", "--packing"]),
-    ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--ray-sides", "ray1"]),
+    ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--files", "2", "--ray-sides", "ray1"]),
     ("bench_align.py", ["--repeat", "1", "--seconds", "4"]),
 ]
 
@@ -183,7 +183,7 @@ def test_bench_scaleout_sections(tmp_path_factory):
     report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
     assert set(report["sides"]) == {"local_small", "ray1_small", "local_full", "ray1_full"}
     assert all(side["identical_text"] for side in report["sides"].values())  # Ray writes the local run's text
-    assert report["folders"]["full"]["files"] == 6 and report["folders"]["small"]["files"] == 1
+    assert report["folders"]["full"]["files"] == 2 and report["folders"]["small"]["files"] == 1  # --files 2
     assert set(report["ray_overhead"]) == {"ray1"}
 
 
