@@ -11,7 +11,10 @@ session is idle the clock jumps to the next chunk's arrival. This measures what 
 measures, minus sleeping, and lets several configurations run one after another in one process.
 On a machine shared with other jobs, `--charge cpu` charges process CPU seconds / threads instead
 of wall time (other processes' turns on the cores are not charged; perfect parallelism assumed,
-so it is an optimistic estimate of an idle machine).
+so it is an optimistic estimate of an idle machine). `--speed X` charges a call's compute / X: a CPU
+too slow to keep up (an AVX2-only EPYC) can measure what the policy does on a machine X times faster,
+where updates come on time; its latencies are then an estimate for that machine, its text is what the
+policy makes of updates at that pace.
 
 For every word of the reference (a batch decode with word timestamps, pipeline/longform.py), the
 first emission as partial and as final is matched (by aligning normalized word sequences) and
@@ -166,20 +169,27 @@ def cpu_clock(threads: int):
     return lambda: time.process_time() / threads
 
 
+def faster_by(timer, speed: float):
+    """A timer whose intervals are `speed` times shorter: the stream as a machine that many times faster would
+    run it (--speed; every call's compute is charged alike, model and Python)."""
+    return timer if speed == 1 else (lambda: timer() / speed)
+
+
 async def simulate(transcriber, audio: np.ndarray, options: StreamOptions, chunk: float, timer=time.perf_counter,
                    scheduler_options: SchedulerOptions = SchedulerOptions()):
     """Play audio at real-time pace on a virtual clock charged with real compute. Returns events.
 
     timer: what a process() call is charged: wall time (perf_counter), or cpu_clock(threads) on
-    a machine shared with other work, where wall time also counts the other processes' turns.
+    a machine shared with other work, where wall time also counts the other processes' turns. The session
+    and the scheduler (its load levels) both read the virtual clock.
     """
-    scheduler = ModelScheduler(transcriber, scheduler_options)
     now = [0.0]
     started: list[float | None] = [None]
 
     def clock() -> float:
         return now[0] + (timer() - started[0] if started[0] is not None else 0.0)
 
+    scheduler = ModelScheduler(transcriber, scheduler_options, clock=clock)
     session = StreamSession(scheduler, options, "bench", clock=clock)
     step, n, fed, events = int(chunk * SAMPLE_RATE), audio.size, 0, []
 
@@ -347,11 +357,11 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
     totals = {"audio_s": 0.0, "compute_s": 0.0, "charged_s": 0.0, "wall_s": 0.0, "tokens": 0, "target_passes": 0}
     for name, audio in clips.items():
         t0, c0 = time.perf_counter(), time.process_time()
-        timer = time.perf_counter if args.charge == "wall" else cpu_clock(args.threads)
+        timer = faster_by(time.perf_counter if args.charge == "wall" else cpu_clock(args.threads), args.speed)
         with stale_openmp_pool(c.stale_pool):
             events = asyncio.run(simulate(tr, audio, options, args.chunk, timer, scheduler_options))
         wall = time.perf_counter() - t0
-        charged = wall if args.charge == "wall" else (time.process_time() - c0) / args.threads
+        charged = (wall if args.charge == "wall" else (time.process_time() - c0) / args.threads) / args.speed
         stats = next(e.stats for e in events if e.type == "stats")
         p_lat, f_lat, ends, matched = word_latencies(events, refs[name])
         all_p += p_lat
@@ -417,6 +427,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--charge", choices=("wall", "cpu"), default="wall",
                     help="charge each update its wall time, or process CPU time / threads (shared machine)")
+    ap.add_argument("--speed", type=float, default=1.0, metavar="X",
+                    help="charge compute / X: the timing of a machine X times faster (a slow CPU can then measure "
+                         "what the policy does where updates keep up; latencies are then that machine's, "
+                         "estimated; default: %(default)s)")
     ap.add_argument("--model", default="base")
     ap.add_argument("--repeat", type=int, default=3,
                     help="rounds; each runs every config once, the order rotated by one per round (default: %(default)s)")
@@ -426,6 +440,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="artifacts/bench_streaming.json")
     args = ap.parse_args(argv)
     started = cpu_times()
+    if args.speed <= 0:
+        ap.error("--speed must be positive")
     configs = [c for c in args.configs.split(",") if c]
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
@@ -481,7 +497,7 @@ def main(argv=None) -> int:
     report = {
         "bench": "streaming",
         "chunk_s": args.chunk, "update_interval_s": args.update_interval, "threads": args.threads,
-        "charge": args.charge,
+        "charge": args.charge, "speed": args.speed,
         "machine": {**machine_info(resolve_compute_type("auto", "cpu"), since=started), "platform": platform.platform(),
                     "loadavg_1m_at_end": os.getloadavg()[0]},
         "goals": {"final_median": 1.5, "final_p90": 2.5, "partial_median": 0.8, "rtf_with_translation": 1.0},

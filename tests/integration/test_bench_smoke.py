@@ -34,7 +34,8 @@ BENCHES = [
                         "--variant", "shape8x4=--pass-rows 8 --query-block 4"]),
     ("bench_startup.py", ["--repeat", "1", "--cold", "0"]),
     ("bench_speculative.py", ["--repeat", "1", "--clips", "jfk"]),
-    ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec", "--repeat", "1", "--offsets", "0,0.2"]),
+    ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec", "--repeat", "1", "--offsets", "0,0.2",
+                            "--speed", "2"]),
     ("bench_server.py", ["--clients", "2", "--configs", "spec", "--stream-seconds", "3"]),
     ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2", "--packing"]),
     ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--files", "2", "--ray-sides", "ray1"]),
@@ -146,6 +147,8 @@ def test_bench_streaming_sections(tmp_path_factory):
     assert run["clips"]["jfk@0"]["words_matched"] > 0 and run["tokens_per_target_pass"] > 1
     assert set(run["clips"]) == {"jfk@0", "jfk@0.2"}  # --offsets: the clip once per start offset
     assert run["audio_s"] > 2 * 10.9 and set(run["wer_goal_gap_mean_over_offsets"]) == {"jfk"}
+    # --speed 2: compute charged at half, so the model's share of the (virtual) clock is below its wall share
+    assert report["speed"] == 2.0 and 0 < run["rtf_charged"] < run["rtf_model_thread_wall"]
 
 
 def test_bench_server_sections(tmp_path_factory):
