@@ -27,24 +27,14 @@ speed-up. ``int8`` is accepted as faster-whisper's name and loads the same model
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
+from specscribe.machine import cpu_flags
+
 COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32")
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo is unreadable)."""
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def cpu_has_fast_bf16(flags: set[str] | None = None) -> bool:

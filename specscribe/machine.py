@@ -25,6 +25,17 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo is unreadable). No torch needed."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
     """(stolen, total) CPU ticks of all cores since boot; None where /proc/stat is unreadable."""
     try:
@@ -47,7 +58,7 @@ def machine_info(compute_type: str | None = None, since: tuple[int, int] | None 
     and the compute type the benchmark ran at (as resolved, not "auto"). since: a cpu_times()
     reading from the run's start, for ``cpu_steal_share`` (time the hypervisor gave to other
     guests: on a shared host it slows every figure, and interleaving spreads it evenly)."""
-    from specscribe.models.compute import cpu_flags, cpu_has_fast_bf16
+    from specscribe.models.compute import cpu_has_fast_bf16
 
     flags = cpu_flags()
     info = {

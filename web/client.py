@@ -87,7 +87,10 @@ async def stream_audio(
     t0 = [time.monotonic()]
 
     async with websockets.connect(request.url, additional_headers=headers, max_size=2**22) as ws:
-        await ws.send(json.dumps(config))
+        try:
+            await ws.send(json.dumps(config))
+        except websockets.ConnectionClosed:  # refused at once (`busy`): what it sent is still read below
+            pass
 
         async def receive() -> None:
             try:

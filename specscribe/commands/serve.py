@@ -5,10 +5,31 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from specscribe.commands.engine_args import (
     add_engine_args, add_streaming_args, check_streaming_args, engine_options, seconds_or_off,
 )
+from specscribe.machine import cpu_flags
+
+
+# One live stream of base takes 0.2 of a core on a 2-core Xeon with AMX (bf16), 0.73 on a 2-core EPYC with AVX2
+# only (float32), where 8 clients got their finals 12 s late and 16 a minute late, none lost (docs/benchmarks.md,
+# "Many live clients on this machine"): there the default admits what it serves in time.
+MAX_CLIENTS, MAX_CLIENTS_SLOW_CPU = 32, 4
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")  # present where an NVIDIA driver is loaded
+
+
+def default_max_clients(device: str, flags: set[str] | None = None, nvidia: bool | None = None) -> int:
+    """--max-clients when not given, for device as given (auto, cpu, cuda): MAX_CLIENTS on a GPU or a CPU with
+    AVX512-BF16 or AMX (or one whose flags cannot be read), else MAX_CLIENTS_SLOW_CPU. With auto, an NVIDIA
+    driver counts as a GPU: torch is not imported for this, so /healthz answers while the model loads."""
+    flags = cpu_flags() if flags is None else flags
+    if nvidia is None:
+        nvidia = NVIDIA_DRIVER.exists()
+    if device == "cuda" or (device == "auto" and nvidia) or not flags or {"amx_bf16", "avx512_bf16"} & flags:
+        return MAX_CLIENTS
+    return MAX_CLIENTS_SLOW_CPU
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,9 +48,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a browser origin allowed to connect, e.g. https://app.example (repeatable; '*' = any; "
                    "default: the server's own page only)")
     lim = p.add_argument_group("limits")
-    lim.add_argument("--max-clients", type=int, default=32,
+    lim.add_argument("--max-clients", type=int, default=None,
                      help="concurrent streaming sessions at most; below it, new sessions are refused only when the model is "
-                          "at its limit (docs/protocol.md, Load) (default: %(default)s)")
+                          f"at its limit (docs/protocol.md, Load) (default: {MAX_CLIENTS}; {MAX_CLIENTS_SLOW_CPU} on a CPU "
+                          "without AVX512-BF16 or AMX and no GPU, where one stream takes most of a core)")
     lim.add_argument("--max-frame-bytes", type=int, default=1 << 20, help="largest WebSocket frame (default: %(default)s)")
     lim.add_argument("--max-session-seconds", type=float, default=3600.0, help="longest session (default: %(default)s)")
     lim.add_argument("--idle-timeout", type=float, default=30.0, help="seconds without a client frame (default: %(default)s)")
@@ -68,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         return _fail("--port must be 0 ... 65535")
+    defaulted = args.max_clients is None
+    if defaulted:
+        args.max_clients = default_max_clients(args.model_device)
     if args.max_connections is None:
         args.max_connections = max(64, 2 * args.max_clients)
     for name in ("max_clients", "max_connections", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb",
@@ -105,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     base = f"http://{shown}:{port}"
     print(f"loading {args.engine} engine, model {args.model} ... ({base}/healthz answers 503 until it is loaded)",
           file=sys.stderr, flush=True)
+    if defaulted and args.max_clients < MAX_CLIENTS:  # after the line above, which scripts read first
+        print(f"specscribe serve: this CPU has no AVX512-BF16 or AMX and no GPU is seen: at most {args.max_clients} "
+              "live sessions at once, the number it serves in time (--max-clients N to change)", file=sys.stderr)
 
     def announce() -> None:  # on stdout once ready, as before the server answered while loading: scripts wait for it
         print(f"specscribe: serving {base}/  (WebSocket ws://{shown}:{port}/v1/listen, "

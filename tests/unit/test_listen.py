@@ -183,6 +183,26 @@ def test_concurrent_clients_get_their_own_transcripts(server):
         assert code == 1000
 
 
+def test_the_stream_client_reports_a_full_servers_busy_rather_than_raising():
+    """The server answers `busy` and closes 1013 right after the handshake, often before the client's config
+    frame goes out: web/client.stream_audio (`specscribe stream`, the benchmarks) must still return the busy
+    message, not raise ConnectionClosedError from sending the config."""
+    from specscribe.web.client import StreamRequest, stream_audio
+
+    with start(limits=replace(LIMITS, max_clients=1)) as srv:
+        async def main():
+            async with websockets.connect(srv.ws_url) as first:
+                await first.send(config())
+                assert json.loads(await first.recv())["type"] == "ready"
+                request = StreamRequest(url=srv.ws_url, language="en", speed=0)
+                results = [await stream_audio(np.zeros(1600, np.float32), request) for _ in range(5)]
+                await first.send('{"type":"close"}')
+                return results
+
+        for result in run(main()):
+            assert [m["type"] for m in result.errors] == ["busy"] and result.close_code == P.CloseCode.TRY_AGAIN_LATER
+
+
 def test_busy_beyond_max_clients():
     with start(limits=replace(LIMITS, max_clients=1)) as srv:
         async def main():
