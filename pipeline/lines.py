@@ -3,7 +3,7 @@
 Finals stay small, immutable and fast (a few words each, as soon as they are sure). People read
 captions as lines, so each session also groups its finals into lines and says where one ends (a
 `line` event, docs/protocol.md). A line ends:
-- after a final that ends a sentence, or a clause once the line fills a row (`clause_chars`);
+- after a final that ends a sentence, or a clause (a comma ... or "...") once the line fills a row (`clause_chars`);
 - after a final that leaves no room for another word, or that brings it near `max_seconds`;
 - at a pause: `pause` seconds of silence after its last word (nothing held back), or a gap as long
   before the next final;
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from specscribe.models.types import Word
-from specscribe.pipeline.policy import CLOSING_MARKS, ends_sentence
+from specscribe.pipeline.policy import CLOSING_MARKS, ELLIPSES, ends_sentence
 
 if TYPE_CHECKING:  # pipeline/types.py imports LineOptions from here
     from specscribe.pipeline.types import CaptionEvent
 
-CLAUSE_END = (",", ";", ":", "—", "，", "、", "；", "：")
+CLAUSE_END = (",", ";", ":", "—", "，", "、", "；", "：", *ELLIPSES)  # "..." ends no sentence (policy.ends_sentence)
 NO_SPACE_LANGUAGES = frozenset({"zh", "yue", "ja", "th", "lo", "my", "km", "bo"})  # written without spaces
 
 

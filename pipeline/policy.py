@@ -43,6 +43,7 @@ from typing import Protocol, Sequence
 from specscribe.models.types import Word
 
 SENTENCE_END = (".", "?", "!", "。", "？", "！")
+ELLIPSES = ("...", "…")  # not a sentence end (ends_sentence)
 CLOSING_MARKS = "\"'”’»)]」』"  # after a sentence's or clause's mark: `"Why?"` ends a sentence
 # words Whisper writes with a period that do not end a sentence (compared as normalize_word gives them)
 ABBREVIATIONS = frozenset({
@@ -67,15 +68,25 @@ def normalize_word(text: str) -> str:
 def ends_sentence(text: str) -> bool:
     """Whether a word (or a text, by its last word) ends a sentence: its last mark (before closing quotes or
     brackets) is a SENTENCE_END, and it is not an abbreviation ("Mr.", "e.g.") or an initial ("J.") that
-    Whisper writes with a period ("I." is the pronoun: "So do I.")."""
+    Whisper writes with a period ("I." is the pronoun: "So do I."), nor an ellipsis: Whisper writes "..." where
+    the audio it heard stops inside speech, so a streamed hypothesis ends that way whenever its buffer ends
+    inside a word (the lecture's "into..." before "kinetic energy."), and where a speaker pauses mid-sentence."""
     word = text.strip().rstrip(CLOSING_MARKS)
-    if not word.endswith(SENTENCE_END):
+    if not word.endswith(SENTENCE_END) or word.endswith(ELLIPSES):
         return False
     if word.endswith("."):
         core = normalize_word(word.split()[-1])
         if core in ABBREVIATIONS or (len(core) == 1 and core.isalpha() and core != "i"):
             return False
     return True
+
+
+def _ends_with_ellipsis(text: str) -> bool:
+    """A word Whisper wrote with "..." (where the audio it heard stopped): no sentence end, but the buffer may still be
+    cut after it. On the lecture at --speed 3 (AVX2 EPYC) cutting only at true sentence ends left fewer cut points in
+    its long sentences, so long buffers were cut at bare words: 5.3 % WER against batch, against 2.3 % cutting here too
+    (docs/benchmarks.md)."""
+    return text.strip().rstrip(CLOSING_MARKS).endswith(ELLIPSES)
 
 
 def _common_prefix(*hypotheses: Sequence[Word]) -> int:
@@ -302,16 +313,25 @@ class LocalAgreement:
     def _after_committed(self, words: Sequence[Word]) -> int | None:
         """Where the words after the last committed ones begin in a hypothesis that decoded the kept context again:
         after its longest run (up to 5 words) equal to the last committed words whose last word ends within
-        REALIGN_WITHIN of the last commit's end (the nearest such run); None without one. The text decides, not
-        the times: DTW moves a boundary by tenths between decodes, and a time rule alone dropped JFK's "ask" that
-        followed a committed "you." (7.08-7.58) at 7.44-8.46 in a decode that heard "you," end at 7.42."""
+        REALIGN_WITHIN of the last commit's end, or starts within it of the last committed word's start (the nearest
+        such run); None without one. The text decides, not the times: DTW moves a boundary by tenths between
+        decodes, and a time rule alone dropped JFK's "ask" that followed a committed "you." (7.08-7.58) at 7.44-8.46
+        in a decode that heard "you," end at 7.42. The start counts too because a word committed as a hypothesis'
+        last one, its audio cut in the next word, is stretched over that word: the lecture's "into..." (59.98-61.22,
+        "kinetic" said at 60.6) was heard again as "into" ending at 60.5, and "kinetic" was lost."""
+        if not self._in_buffer:
+            return None
+        last = self._in_buffer[-1]
         said = [normalize_word(w.text) for w in words]
         tail = [normalize_word(w.text) for w in self._in_buffer[-5:]]
+
+        def apart(i: int) -> float:  # how far the run ending at words[i - 1] is from the last committed word
+            return min(abs(words[i - 1].end - self._last_end), abs(words[i - 1].start - last.start))
+
         for n in range(min(len(tail), len(said)), 0, -1):
-            runs = [i for i in range(n, len(said) + 1)
-                    if said[i - n : i] == tail[-n:] and abs(words[i - 1].end - self._last_end) <= REALIGN_WITHIN]
+            runs = [i for i in range(n, len(said) + 1) if said[i - n : i] == tail[-n:] and apart(i) <= REALIGN_WITHIN]
             if runs:
-                return min(runs, key=lambda i: abs(words[i - 1].end - self._last_end))
+                return min(runs, key=apart)
         return None
 
     def _commit(self, words: Sequence[Word]) -> None:
@@ -324,14 +344,14 @@ class LocalAgreement:
             del self.committed[:-200]
 
     def _trim(self) -> None:
-        """Move the buffer start to a committed sentence end (or any committed word when long)."""
+        """Move the buffer start to a committed sentence end or "..." word (or any committed word when long)."""
         if not self._in_buffer:
             return
         partial = self.partial
         limit = partial[0].start - self.options.min_trim_gap if partial else float("inf")
         context_end = min(limit, self.audio_end) - self.options.keep_context  # a sentence cut keeps this much
         fits = [w for w in self._in_buffer if w.end <= limit]  # committed, before the uncommitted words
-        ends = [w.end for w in fits if ends_sentence(w.text)]
+        ends = [w.end for w in fits if ends_sentence(w.text) or _ends_with_ellipsis(w.text)]
         cut = max((e for e in ends if e <= context_end), default=None)
         longest = min(self.options.trim_after, self.options.max_buffer)
         if cut is None and self.audio_end - self.buffer_start > longest:

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"loading {args.engine} engine, model {args.model} ... ({base}/healthz answers 503 until it is loaded)",
           file=sys.stderr, flush=True)
     if defaulted and args.max_clients < MAX_CLIENTS:  # after the line above, which scripts read first
-        print(f"specscribe serve: this CPU has no AVX512-BF16 or AMX and no GPU is seen: at most {args.max_clients} "
+        print(f"specscribe serve: the model runs on a CPU without AVX512-BF16 or AMX: at most {args.max_clients} "
               "live sessions at once, the number it serves in time (--max-clients N to change)", file=sys.stderr)
 
     def announce() -> None:  # on stdout once ready, as before the server answered while loading: scripts wait for it

@@ -129,3 +129,14 @@ def test_abbreviations_and_initials_do_not_end_a_sentence():
         "And Mr. J. Dashwood met Dr. Smith, e.g. at St. Paul's.", "Then"]
     f = Finals()
     assert feed(LineBreaker(), [f("Ask Mr."), f("Smith.")]) == [(1, "Ask Mr. Smith.")]
+
+
+def test_an_ellipsis_is_a_clause_end_not_a_sentence_end():
+    """Whisper writes "..." where the audio it heard stops inside speech: a streamed final "into..." is followed by
+    "kinetic energy." (the lecture), so a line does not end there unless it is already a row long."""
+    f, b = Finals(), LineBreaker(LineOptions(clause_chars=30))
+    assert feed(b, [f("energy into..."), f("kinetic energy.")]) == [(1, "energy into... kinetic energy.")]
+    assert feed(b, [f("into...")]) == []  # short: the line goes on
+    assert feed(b, [f("and then we turned it all back…")]) == [(3, "into... and then we turned it all back…")]
+    pieces = b.split(_words("so you can... demolish a building. Then"), "en")
+    assert ["".join(w.text for w in p).strip() for p in pieces] == ["so you can... demolish a building.", "Then"]

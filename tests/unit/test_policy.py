@@ -1,7 +1,8 @@
 """LocalAgreement-2 with scripted hypotheses: what gets committed, never rewritten, and trimming."""
 
 from specscribe.models.types import Word
-from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, ends_sentence, normalize_word
+from specscribe.pipeline.policy import (LocalAgreement, LocalAgreementOptions, PolicyUpdate, ends_sentence,
+                                        normalize_word)
 
 
 def words(spec: str, start: float = 0.0, step: float = 0.5) -> list[Word]:
@@ -86,22 +87,40 @@ def test_a_committed_word_decoded_again_is_dropped_but_a_word_said_again_is_kept
     assert texts(q.committed) == ["maybe", "just", "coffee", "Coffee,", "it", "is."]
 
 
+def _commit_then_decode_again(said: list[Word], last: Word, again: list[Word], start: float = 0.0) -> PolicyUpdate:
+    """said + [last] committed by two agreeing hypotheses (the buffer from `start`), then said + again decoded twice,
+    as decodes that keep the committed audio as context hear it again: what the second of those commits."""
+    p = LocalAgreement(LocalAgreementOptions(trim_after=100, keep_context=8.0))
+    p.skip(start)
+    p.insert_audio(last.end)
+    p.process(said + [last])
+    p.process(said + [last])
+    assert texts(p.committed) == texts(said + [last])
+    p.insert_audio(again[-1].end + 0.1)
+    p.process(said + again)
+    return p.process(said + again)
+
+
 def test_a_new_word_that_dtw_starts_inside_the_last_committed_word_is_kept():
     """JFK on the ct2 engine: "you." committed ending at 7.58; the next decodes hear "you," end at 7.42 and "ask"
     start at 7.44, before the commit's end. The committed words they decoded again (the kept context, as live keeps
     it) say where the new ones begin."""
-    p = LocalAgreement(LocalAgreementOptions(trim_after=100, keep_context=8.0))
     said = [Word(6.62, 6.82, " do"), Word(6.82, 7.08, " for")]
-    p.insert_audio(8.0)
-    p.process(said + [Word(7.08, 7.58, " you.")])
-    p.process(said + [Word(7.08, 7.58, " you.")])
-    assert texts(p.committed) == ["do", "for", "you."]
-    again = said + [Word(7.08, 7.42, " you,"), Word(7.44, 8.46, " ask"), Word(8.48, 8.9, " what")]
-    p.insert_audio(9.0)
-    p.process(again)
-    u = p.process(again)
+    again = [Word(7.08, 7.42, " you,"), Word(7.44, 8.46, " ask"), Word(8.48, 8.9, " what")]
+    u = _commit_then_decode_again(said, Word(7.08, 7.58, " you."), again)
     assert texts(u.committed) == ["ask", "what"]
     assert u.committed[0].start == 7.58 and u.committed[0].end == 8.46  # clamped: finals stay in order
+
+
+def test_a_word_after_a_committed_word_stretched_over_it_is_kept():
+    """The lecture at --speed 3: "into..." committed as a hypothesis' last word while "kinetic" was being said, DTW
+    stretching it to the audio's end (59.98-61.22); the next decodes, which hear "kinetic" whole, put "into" at
+    59.98-60.5. Its end is 0.7 s off the commit's, its start where it was: the text after it is new."""
+    said = [Word(58.66, 59.44, " potential"), Word(59.46, 59.98, " energy")]
+    again = [Word(59.98, 60.5, " into"), Word(60.6, 61.2, " kinetic"), Word(61.5, 61.98, " energy.")]
+    u = _commit_then_decode_again(said, Word(59.98, 61.22, " into..."), again, start=58.5)
+    assert texts(u.committed) == ["kinetic", "energy."]
+    assert u.committed[0].start == 61.22  # clamped: finals stay in order
 
 
 def test_trims_at_committed_sentence_end_and_builds_the_prompt():
@@ -114,6 +133,11 @@ def test_trims_at_committed_sentence_end_and_builds_the_prompt():
     assert u.buffer_start == h[1].end  # cut right after "works."
     start, prompt = p.window()
     assert start == h[1].end and prompt == " It works."
+    q = LocalAgreement()  # "..." ends no sentence (ends_sentence), but the buffer may be cut after it
+    q.insert_audio(3.0)
+    h = words("It works... and then")
+    q.process(h)
+    assert q.process(h + words("more", start=2.0)).buffer_start == h[1].end
 
 
 def test_a_sentence_cut_keeps_the_context_asked_for():
@@ -286,6 +310,8 @@ def test_ends_sentence_knows_abbreviations_and_initials():
     for text in (" fall.", " Why?", ' "Stop!"', " country.)", " etc.", " 1969.", " 終わり。", " I."):
         assert ends_sentence(text), text
     for text in (" Mr.", " Mrs.", " Dr.", " e.g.", " i.e.", " J.", " vs.", " St.", " z.B.", " and", " you,", ""):
+        assert not ends_sentence(text), text
+    for text in (" into...", " Now...", " the…", ' so..."', " Well... I think so..."):  # cut or trailing off
         assert not ends_sentence(text), text
 
 
