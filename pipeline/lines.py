@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from specscribe.models.types import Word
-from specscribe.pipeline.policy import CLOSING_MARKS, ELLIPSES, ends_sentence
+from specscribe.pipeline.policy import ELLIPSES, ends_sentence, ends_with_mark
 
 if TYPE_CHECKING:  # pipeline/types.py imports LineOptions from here
     from specscribe.pipeline.types import CaptionEvent
@@ -65,10 +65,6 @@ class CaptionLine:
 def join_texts(texts: list[str], language: str | None) -> str:
     """Finals' texts as one line: with spaces, except in languages written without them."""
     return ("" if language in NO_SPACE_LANGUAGES else " ").join(t for t in texts if t)
-
-
-def _ends_with(text: str, marks: tuple[str, ...]) -> bool:
-    return text.rstrip().rstrip(CLOSING_MARKS).endswith(marks)
 
 
 class LineBreaker:
@@ -141,7 +137,7 @@ class LineBreaker:
         room = max(2, limit // 8)  # no room left for a typical word (about 10 characters of 84)
         if ends_sentence(last.text) or len(text) > limit - room:
             return True
-        if _ends_with(last.text, CLAUSE_END) and len(text) >= min(o.clause_chars, limit // 2):
+        if ends_with_mark(last.text, CLAUSE_END) and len(text) >= min(o.clause_chars, limit // 2):
             return True
         return (last.end or 0.0) - (first.start or 0.0) > o.max_seconds - 1.0
 

@@ -81,12 +81,9 @@ def ends_sentence(text: str) -> bool:
     return True
 
 
-def _ends_with_ellipsis(text: str) -> bool:
-    """A word Whisper wrote with "..." (where the audio it heard stopped): no sentence end, but the buffer may still be
-    cut after it. On the lecture at --speed 3 (AVX2 EPYC) cutting only at true sentence ends left fewer cut points in
-    its long sentences, so long buffers were cut at bare words: 5.3 % WER against batch, against 2.3 % cutting here too
-    (docs/benchmarks.md)."""
-    return text.strip().rstrip(CLOSING_MARKS).endswith(ELLIPSES)
+def ends_with_mark(text: str, marks: tuple[str, ...]) -> bool:
+    """Whether a word (or a text) ends with one of marks, before any closing quotes or brackets."""
+    return text.strip().rstrip(CLOSING_MARKS).endswith(marks)
 
 
 def _common_prefix(*hypotheses: Sequence[Word]) -> int:
@@ -351,7 +348,10 @@ class LocalAgreement:
         limit = partial[0].start - self.options.min_trim_gap if partial else float("inf")
         context_end = min(limit, self.audio_end) - self.options.keep_context  # a sentence cut keeps this much
         fits = [w for w in self._in_buffer if w.end <= limit]  # committed, before the uncommitted words
-        ends = [w.end for w in fits if ends_sentence(w.text) or _ends_with_ellipsis(w.text)]
+        # a word Whisper wrote with "..." ends no sentence, but the buffer may be cut after it: on the lecture at
+        # --speed 3 (AVX2 EPYC), cutting at true sentence ends only left its long sentences fewer cut points, long
+        # buffers were cut at bare words, and the text got worse (5.3 % WER against batch, 2.3 % with; benchmarks.md)
+        ends = [w.end for w in fits if ends_sentence(w.text) or ends_with_mark(w.text, ELLIPSES)]
         cut = max((e for e in ends if e <= context_end), default=None)
         longest = min(self.options.trim_after, self.options.max_buffer)
         if cut is None and self.audio_end - self.buffer_start > longest:
