@@ -32,7 +32,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
 
-from specscribe.machine import cpu_flags
+from specscribe.machine import cpu_flags, flags_say_fast_bf16
 
 COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32")
 
@@ -41,7 +41,7 @@ def cpu_has_fast_bf16(flags: set[str] | None = None) -> bool:
     """True where bf16 matmuls run natively: AMX (amx_bf16) or AVX512-BF16."""
     flags = cpu_flags() if flags is None else flags
     if flags:
-        return "amx_bf16" in flags or "avx512_bf16" in flags
+        return flags_say_fast_bf16(flags)
     return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")  # non-Linux fallback
 
 

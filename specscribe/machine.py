@@ -36,6 +36,11 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     return set()
 
 
+def flags_say_fast_bf16(flags: set[str]) -> bool:
+    """Whether these CPU flags give native bf16 matmuls: AMX (amx_bf16) or AVX512-BF16. No torch needed."""
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
 def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
     """(stolen, total) CPU ticks of all cores since boot; None where /proc/stat is unreadable."""
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 from specscribe.commands.engine_args import (
     add_engine_args, add_streaming_args, check_streaming_args, engine_options, seconds_or_off,
 )
-from specscribe.machine import cpu_flags
+from specscribe.machine import cpu_flags, flags_say_fast_bf16
 
 
 # One live stream of base takes 0.2 of a core on a 2-core Xeon with AMX (bf16), 0.73 on a 2-core EPYC with AVX2
@@ -27,7 +27,7 @@ def default_max_clients(device: str, flags: set[str] | None = None, nvidia: bool
     flags = cpu_flags() if flags is None else flags
     if nvidia is None:
         nvidia = NVIDIA_DRIVER.exists()
-    if device == "cuda" or (device == "auto" and nvidia) or not flags or {"amx_bf16", "avx512_bf16"} & flags:
+    if device == "cuda" or (device == "auto" and nvidia) or not flags or flags_say_fast_bf16(flags):
         return MAX_CLIENTS
     return MAX_CLIENTS_SLOW_CPU
 
