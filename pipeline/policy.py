@@ -30,7 +30,9 @@ LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRPro
 - at a pause (a VAD speech end) the hypothesis is committed up to its first unsure word; the unsure
   rest waits for the speech after the pause (Whisper often hears a word right only with what follows:
   JFK's "ask not" comes out "asked not" (p 0.29) from the short utterance alone), or for the pause to
-  become an end.
+  become an end. The last word heard no speech after it, and hypotheses that hear the same audio agree on
+  its guess, so it is sure only at `pause_probability`: JFK's "fellow Americans" came out "fellow America."
+  (p 0.51) twice before the pause, while the next utterance's decode hears "Americans, ask not".
 """
 
 from __future__ import annotations
@@ -130,6 +132,8 @@ class LocalAgreementOptions:
             hypothesis; three-way agreement likewise takes the partner's partner); 0: the previous one.
         settle_after: a word of the newest hypothesis ending this many seconds before the audio's end is
             committed without agreement, with the words before it (None: agreement, pauses and max_buffer only).
+        pause_probability: at a pause, the hypothesis' last word (it heard no speech after it) is committed only
+            at this probability or more; the words before it at min_probability.
     """
 
     trim_after: float = 12.0
@@ -143,6 +147,7 @@ class LocalAgreementOptions:
     keep_context: float = 0.0
     agree_gap: float = 0.0
     settle_after: float | None = None
+    pause_probability: float = 0.8
 
 
 class StreamingPolicy(Protocol):
@@ -237,8 +242,9 @@ class LocalAgreement:
 
     def pause(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
-        sure = 0
-        while sure < len(new) and new[sure].probability >= self.options.min_probability:
+        o = self.options
+        sure = 0  # the last word heard no speech after it: it needs pause_probability
+        while sure < len(new) and new[sure].probability >= (o.min_probability if sure < len(new) - 1 else o.pause_probability):
             sure += 1
         self._commit(new[:sure])
         self._history = [(self.audio_end, new[sure:])] if new[sure:] else []

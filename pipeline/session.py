@@ -75,7 +75,8 @@ class StreamSession:
         self._ahead = Lookahead(vad)  # hears the audio that waits while a job runs (lookahead)
         self._policy = policy or LocalAgreement(
             LocalAgreementOptions(options.trim_after, options.max_buffer, keep_context=options.keep_context,
-                                  agree_gap=options.agree_gap, settle_after=options.settle_after)
+                                  agree_gap=options.agree_gap, settle_after=options.settle_after,
+                                  pause_probability=options.pause_probability)
         )
         self._lag = LagMeter(scheduler.options.load)  # this stream's own decode turnaround (own_load)
         self._own_level_max = 0  # the highest level of self._lag so far (stats: stream_load)
@@ -186,9 +187,8 @@ class StreamSession:
     def _stream_load(self) -> dict:
         """This stream's own load (its decodes' turnaround, pipeline/load.py): now and its highest level. It sets
         only the update interval (_update_factor), so keep_context and hold_unsure are left out."""
-        own = self._lag.load()
-        return {"level": own.level, "lag_s": round(own.lag_s, 3), "update_factor": own.update_factor,
-                "level_max": self._own_level_max}
+        own = self._lag.load().to_dict()
+        return {**{k: own[k] for k in ("level", "lag_s", "update_factor")}, "level_max": self._own_level_max}
 
     # ---- internals ----
     def _event(self, type_: str, **fields) -> CaptionEvent:

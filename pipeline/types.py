@@ -107,6 +107,8 @@ class StreamOptions:
         hold_unsure: at a pause (a speech end), words the model is unsure of stay partial until the
             speech after the pause confirms or corrects them, or the pause lasts 2 s (session.py
             CONTEXT_GAP); False commits an utterance's whole last hypothesis at its end.
+        pause_probability: at a pause, the probability the utterance's last word needs to be committed
+            rather than held (it heard no speech after it; the words before it need 0.5; pipeline/policy.py).
         pause_commit: seconds of VAD silence after speech at which the hypothesis is committed up to
             its first unsure word, as at an utterance end but before the `min_silence` that ends it
             (None: wait for the end).
@@ -140,6 +142,7 @@ class StreamOptions:
     vad: bool = True
     encoder_pad: float = 5.0
     hold_unsure: bool = True
+    pause_probability: float = 0.8
     beam_size: int = 1
     n_best: int = 1
     hotwords: str = ""

@@ -86,6 +86,7 @@ class Config:
     load_levels: bool = True  # the scheduler's load levels (pipeline/load.py); False: always level 0
     settle_after: float | None = DEFAULT.settle_after  # None: words final by agreement only (pipeline/policy.py)
     own_load: bool = DEFAULT.own_load  # False: a lone stream never degrades for its own slow decodes
+    pause_probability: float = DEFAULT.pause_probability  # at a pause, for the utterance's last word
 
 
 CONFIGS = {
@@ -113,6 +114,7 @@ CONFIGS = {
     "spec-nolevels": Config(load_levels=False),  # no load levels at all (neither the scheduler's nor the stream's own)
     "spec-noown": Config(own_load=False),  # load levels from the scheduler only (before 2026-12-05)
     "spec-nosettle": Config(settle_after=None),  # words final by agreement only (before 2026-12-05)
+    "spec-pause05": Config(pause_probability=0.5),  # a pause's last word as sure as those before it (before 2026-12-06)
     "spec-before": Config(settle_after=None, own_load=False),  # the policy and load levels before 2026-12-05
     "spec-plainenc": Config(plain_encoder=True),  # the encoder without prepacked linears and fused GELU
     "spec-stalepool": Config(stale_pool=True),  # as before the scheduler released the loop thread's OpenMP pool
@@ -349,7 +351,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
         keep_context=c.keep_context, agree_gap=c.agree_gap, continue_skipped=c.continue_skipped,
-        settle_after=c.settle_after, own_load=c.own_load and c.load_levels,
+        settle_after=c.settle_after, own_load=c.own_load and c.load_levels, pause_probability=c.pause_probability,
     )
     never = (float("inf"),) * 3
     scheduler_options = SchedulerOptions() if c.load_levels else SchedulerOptions(load=LoadPolicy(thresholds=never))

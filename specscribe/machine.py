@@ -14,26 +14,36 @@ from pathlib import Path
 FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_int8")
 
 
-def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's model name ("unknown" where /proc/cpuinfo is unreadable)."""
+def _cpuinfo(cpuinfo: Path) -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where it is unreadable)."""
+    fields: dict[str, str] = {}
     try:
         for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return fields
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name ("unknown" where /proc/cpuinfo is unreadable)."""
+    return _cpuinfo(cpuinfo).get("model name") or platform.processor() or "unknown"
+
+
+def cpu_signature(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """Family, model and stepping, e.g. "25/1/1" (a Zen 3 EPYC): a hypervisor may call every EPYC "AMD EPYC",
+    and two of them can differ by 1.5x on the same pass. None where /proc/cpuinfo says nothing."""
+    info = _cpuinfo(cpuinfo)
+    parts = [info.get(k) for k in ("cpu family", "model", "stepping")]
+    return "/".join(parts) if all(parts) else None
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     """The CPU's feature flags (empty where /proc/cpuinfo is unreadable). No torch needed."""
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set(_cpuinfo(cpuinfo).get("flags", "").split())
 
 
 def flags_say_fast_bf16(flags: set[str]) -> bool:
@@ -68,6 +78,7 @@ def machine_info(compute_type: str | None = None, since: tuple[int, int] | None 
     flags = cpu_flags()
     info = {
         "cpu_model": cpu_model(),
+        "cpu_signature": cpu_signature(),  # cpu family/model/stepping
         "cpu_flags": {f: f in flags for f in FLAGS_OF_INTEREST},
         "fast_bf16": cpu_has_fast_bf16(flags),
         "cores": os.cpu_count(),

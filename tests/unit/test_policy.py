@@ -298,6 +298,28 @@ def test_a_pause_commits_up_to_the_first_unsure_word_and_the_next_speech_decides
     assert texts(p.committed) == ["and", "so", "ask", "not", "what"]
 
 
+def test_a_pause_holds_a_last_word_that_is_only_fairly_sure_even_when_the_hypothesis_before_agreed():
+    # JFK sent 4x faster than real time: "fellow America." (p 0.51) decoded twice on the same audio before the
+    # pause; the last word heard no speech after it, so it waits for the next utterance's decode
+    p = LocalAgreement()
+    heard = words("and so my fellow") + [Word(2.0, 2.4, " America.", 0.51)]
+    p.insert_audio(2.2)
+    assert texts(p.process(heard[:3]).committed) == []
+    p.insert_audio(2.4)
+    assert texts(p.process(heard).committed) == ["and", "so", "my"]
+    u = p.pause(heard)
+    assert texts(u.committed) == ["fellow"] and texts(u.partial) == ["America."]
+    p.insert_audio(4.5)
+    later = heard[:4] + [Word(2.0, 2.5, " Americans,"), Word(3.0, 3.3, " ask"), Word(3.4, 3.6, " not")]
+    p.process(later)
+    assert texts(p.process(later).committed) == ["Americans,", "ask", "not"]
+    # sure enough, the same word is committed at the pause; so is a fairly sure word before the last one
+    p = LocalAgreement()
+    p.insert_audio(2.4)
+    u = p.pause(heard[:3] + [Word(1.5, 1.9, " fellow", 0.6), Word(2.0, 2.4, " Americans.", 0.85)])
+    assert texts(u.committed) == ["and", "so", "my", "fellow", "Americans."] and u.partial == ()
+
+
 def test_finish_after_a_pause_commits_the_held_words():
     p = LocalAgreement()
     p.insert_audio(1.0)

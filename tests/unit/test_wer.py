@@ -14,6 +14,11 @@ def test_normalize_spelling_choices_away():
     assert normalize("1,000 people, 50 percent") == "1000 people 50%"
     assert normalize("twenty-one colours, um, uh") == normalize("21 colors") == "21 colors"
     assert normalize("'Quoted' [music] (laughs)") == "quoted"
+    # an ellipsis is no word: streamed finals end "into..." where their audio stopped inside speech
+    assert normalize("It went into...") == "it went into" and normalize("into … kinetic") == "into kinetic"
+    assert wer("it went into kinetic energy", "It went into... kinetic energy.") == 0.0
+    assert wer("it went into kinetic energy", "It went into … kinetic energy.") == 0.0
+    assert normalize("version 2.0, at 10.30.") == "version 2 at 10.30"
 
 
 def test_normalizer_is_whisper_english_not_a_subset():
