@@ -73,14 +73,11 @@ def ends_sentence(text: str) -> bool:
     Whisper writes with a period ("I." is the pronoun: "So do I."), nor an ellipsis: Whisper writes "..." where
     the audio it heard stops inside speech, so a streamed hypothesis ends that way whenever its buffer ends
     inside a word (the lecture's "into..." before "kinetic energy."), and where a speaker pauses mid-sentence."""
-    word = text.strip().rstrip(CLOSING_MARKS)
-    if not word.endswith(SENTENCE_END) or word.endswith(ELLIPSES):
+    if not ends_with_mark(text, SENTENCE_END) or ends_with_mark(text, ELLIPSES):
         return False
-    if word.endswith("."):
-        core = normalize_word(word.split()[-1])
-        if core in ABBREVIATIONS or (len(core) == 1 and core.isalpha() and core != "i"):
-            return False
-    return True
+    core = normalize_word(text.split()[-1])
+    abbreviated = core in ABBREVIATIONS or (len(core) == 1 and core.isalpha() and core != "i")
+    return not (abbreviated and ends_with_mark(text, (".",)))
 
 
 def ends_with_mark(text: str, marks: tuple[str, ...]) -> bool:
