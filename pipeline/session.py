@@ -50,6 +50,13 @@ MIN_WINDOW_SPEECH = 0.25  # seconds of VAD speech a window needs to be decoded (
 CONTEXT_GAP = 2.0  # seconds of silence after which the last utterance's audio stops being context
 
 
+def policy_options(options: StreamOptions) -> LocalAgreementOptions:
+    """The commit policy's options a stream's options give."""
+    return LocalAgreementOptions(options.trim_after, options.max_buffer, keep_context=options.keep_context,
+                                 agree_gap=options.agree_gap, settle_after=options.settle_after,
+                                 pause_probability=options.pause_probability)
+
+
 class StreamSession:
     """One stream's captioning state. Not thread-safe: use it from one event loop."""
 
@@ -73,11 +80,7 @@ class StreamSession:
             vad = SileroVad(vad_opts) if options.vad else NoVad()
         self._vad = vad
         self._ahead = Lookahead(vad)  # hears the audio that waits while a job runs (lookahead)
-        self._policy = policy or LocalAgreement(
-            LocalAgreementOptions(options.trim_after, options.max_buffer, keep_context=options.keep_context,
-                                  agree_gap=options.agree_gap, settle_after=options.settle_after,
-                                  pause_probability=options.pause_probability)
-        )
+        self._policy = policy or LocalAgreement(policy_options(options))
         self._lag = LagMeter(scheduler.options.load)  # this stream's own decode turnaround (own_load)
         self._own_level_max = 0  # the highest level of self._lag so far (stats: stream_load)
         self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))

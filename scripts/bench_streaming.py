@@ -25,6 +25,9 @@ target pass, and final-latency medians per third of the long lecture (flatness).
 finals and of the batch transcript against it; `wer_goal_gap` is their difference per clip (the WER against
 batch where there is no transcript), `wer_goal_met` whether every clip is within 2 points. Configs with
 `language` None (spec-autolang) detect the language and report the finals' languages.
+
+A policy variant for an A/B is one CONFIGS entry: a StreamOptions field, or with `policy` any
+LocalAgreementOptions field set otherwise (spec-timeonly), both sides in one run.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ from specscribe.pipeline.audio import SAMPLE_RATE, load_audio
 from specscribe.pipeline.longform import LongformOptions, transcribe_audio
 from specscribe.pipeline.load import LoadPolicy
 from specscribe.pipeline.scheduler import ModelScheduler, SchedulerOptions
-from specscribe.pipeline.session import StreamSession
+from specscribe.pipeline.policy import LocalAgreement
+from specscribe.pipeline.session import StreamSession, policy_options
 from specscribe.pipeline.types import StreamOptions
 from specscribe.pipeline.wer import wer
 
@@ -87,6 +91,7 @@ class Config:
     settle_after: float | None = DEFAULT.settle_after  # None: words final by agreement only (pipeline/policy.py)
     own_load: bool = DEFAULT.own_load  # False: a lone stream never degrades for its own slow decodes
     pause_probability: float = DEFAULT.pause_probability  # at a pause, for the utterance's last word
+    policy: tuple[tuple[str, object], ...] = ()  # LocalAgreementOptions fields set otherwise than the stream's options set them
 
 
 CONFIGS = {
@@ -115,6 +120,7 @@ CONFIGS = {
     "spec-noown": Config(own_load=False),  # load levels from the scheduler only (before 2026-12-05)
     "spec-nosettle": Config(settle_after=None),  # words final by agreement only (before 2026-12-05)
     "spec-pause05": Config(pause_probability=0.5),  # a pause's last word as sure as those before it (before 2026-12-06)
+    "spec-timeonly": Config(policy=(("agree_thrice", False),)),  # an unsure word final by time only, not by three agreeing
     "spec-before": Config(settle_after=None, own_load=False),  # the policy and load levels before 2026-12-05
     "spec-plainenc": Config(plain_encoder=True),  # the encoder without prepacked linears and fused GELU
     "spec-stalepool": Config(stale_pool=True),  # as before the scheduler released the loop thread's OpenMP pool
@@ -178,8 +184,10 @@ def faster_by(timer, speed: float):
 
 
 async def simulate(transcriber, audio: np.ndarray, options: StreamOptions, chunk: float, timer=time.perf_counter,
-                   scheduler_options: SchedulerOptions = SchedulerOptions()):
+                   scheduler_options: SchedulerOptions = SchedulerOptions(), policy: tuple[tuple[str, object], ...] = ()):
     """Play audio at real-time pace on a virtual clock charged with real compute. Returns events.
+
+    policy: LocalAgreementOptions fields to set otherwise than `options` sets them (Config.policy).
 
     timer: what a process() call is charged: wall time (perf_counter), or cpu_clock(threads) on
     a machine shared with other work, where wall time also counts the other processes' turns. The session
@@ -192,7 +200,8 @@ async def simulate(transcriber, audio: np.ndarray, options: StreamOptions, chunk
         return now[0] + (timer() - started[0] if started[0] is not None else 0.0)
 
     scheduler = ModelScheduler(transcriber, scheduler_options, clock=clock)
-    session = StreamSession(scheduler, options, "bench", clock=clock)
+    own = LocalAgreement(dataclasses.replace(policy_options(options), **dict(policy))) if policy else None
+    session = StreamSession(scheduler, options, "bench", clock=clock, policy=own)
     step, n, fed, events = int(chunk * SAMPLE_RATE), audio.size, 0, []
 
     async def call(coro_fn):
@@ -361,7 +370,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
         timer = faster_by(time.perf_counter if args.charge == "wall" else cpu_clock(args.threads), args.speed)
         t0, charged0 = time.perf_counter(), timer()
         with stale_openmp_pool(c.stale_pool):
-            events = asyncio.run(simulate(tr, audio, options, args.chunk, timer, scheduler_options))
+            events = asyncio.run(simulate(tr, audio, options, args.chunk, timer, scheduler_options, c.policy))
         wall, charged = time.perf_counter() - t0, timer() - charged0  # charged: the clip's time as simulate charges it
         stats = next(e.stats for e in events if e.type == "stats")
         p_lat, f_lat, ends, matched = word_latencies(events, refs[name])

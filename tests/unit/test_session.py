@@ -18,7 +18,7 @@ from specscribe.models.types import Alternative, DecodeRequest, EncodedAudio, Se
 from specscribe.pipeline.audio import SAMPLE_RATE
 from specscribe.pipeline.load import Load
 from specscribe.pipeline.scheduler import WITHDRAWN, ModelScheduler, Priority
-from specscribe.pipeline.session import StreamSession
+from specscribe.pipeline.session import StreamSession, policy_options
 from specscribe.pipeline.types import StreamOptions
 from specscribe.pipeline.vad import VadEvent
 
@@ -229,6 +229,14 @@ def run_session(audio, script, options=StreamOptions(), intervals=None, chunk=0.
 
 def finals_text(events) -> list[str]:
     return [w.text.strip() for e in events if e.type == "final" for w in e.words]
+
+
+def test_the_streams_options_reach_its_commit_policy():
+    options = StreamOptions(trim_after=9.0, max_buffer=20.0, keep_context=3.0, agree_gap=0.25, settle_after=None,
+                            pause_probability=0.9)
+    p = policy_options(options)
+    assert (p.trim_after, p.max_buffer, p.keep_context, p.agree_gap, p.settle_after, p.pause_probability) == (
+        9.0, 20.0, 3.0, 0.25, None, 0.9)
 
 
 def test_all_words_committed_once_in_order():
