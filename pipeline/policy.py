@@ -239,10 +239,8 @@ class LocalAgreement:
 
     def pause(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
-        o = self.options
-        sure = 0  # the last word heard no speech after it: it needs pause_probability
-        while sure < len(new) and new[sure].probability >= (o.min_probability if sure < len(new) - 1 else o.pause_probability):
-            sure += 1
+        bars = [self.options.min_probability] * (len(new) - 1) + [self.options.pause_probability]  # the last heard no speech after it
+        sure = len(list(itertools.takewhile(lambda wb: wb[0].probability >= wb[1], zip(new, bars))))
         self._commit(new[:sure])
         self._history = [(self.audio_end, new[sure:])] if new[sure:] else []
         self._trim()
