@@ -1,26 +1,27 @@
 """Compute type by hardware, overridable.
 
-CPU: bf16 with AVX512-BF16/AMX; else float32. CUDA: float16.
+CPU: bf16 with AVX512-BF16/AMX; else ``int8_float32`` (row-scaled int8 encoder, float32 decoder) where torch's
+int8 runs on fbgemm (x86), float32 elsewhere. CUDA: float16.
 
-Why not ``int8_float32`` (int8 dynamic encoder, float32 decoder) on the other CPUs, as before
-2026-12-05: on the first AVX2-only EPYC this project ran its tests on, torch's dynamic int8 encoder
-(one activation scale per whole window) cost accuracy that CTranslate2's int8 does not: live JFK
-never locked English (language probability 0.50 where float32 reached 0.80), streamed "asked not" for
-"Ask not", and jfk + LibriVox streamed at 5.4 % WER against batch's 1.1 % (2 points allowed); float32
-passed all of it. Its speed there: docs/benchmarks.md ("Machine of these figures:
-benchmarks/epyc-avx2/"). ``int8_float32`` stays selectable.
+The int8 encoder (models/int8.py) scales each row on its own, as CTranslate2's int8. torch's dynamic int8, one
+activation scale per whole window, was ``auto`` on AVX2-only CPUs until 2026-12-05 and cost accuracy that
+CTranslate2's int8 does not: live JFK never locked English (language probability 0.50 where float32 reached
+0.80), streamed "asked not" for "Ask not", and jfk + LibriVox streamed at 5.4 % WER against batch's 1.1 %;
+``auto`` was float32 there from then to 2026-12-06. Row-scaled, on an AVX2-only EPYC (Zen 3): the live and
+language tests pass, the encoder runs 1.34-1.40x faster than float32's, and batch text equals float32's on 10
+of 14 evaluation clips (docs/benchmarks.md, "Machine of these figures: benchmarks/epyc-avx2/").
 
 Why the decoder stays float32 under int8: torch's dynamic int8 Linear quantizes its input with ONE
 scale for the whole (T, d) activation, so the logits of one row depend on the other rows of the
 pass. A speculative verify pass over k+1 tokens then gives different logits than k+1 single
 steps, and the output is no longer the target's own (measured: 6 of 36 decodes differed). A
 float32 decoder can be made row-independent (models/invariant.py), so speculation and batching
-stay lossless; the encoder, which dominates CPU time and runs once per window, keeps the int8
-speed-up. ``int8`` is accepted as faster-whisper's name and loads the same model as
+stay lossless; the encoder runs once per window and keeps the int8 speed-up. (models/int8.py's
+RowInt8Linear is row-independent too, so an int8 decoder could be built on it; not done.) ``int8`` is accepted as faster-whisper's name and loads the same model as
 ``int8_float32``: a decoder whose text changes with the batch would not be lossless.
 
     resolve_device("auto") -> "cuda" | "cpu"
-    resolve_compute_type("auto", "cpu") -> "bfloat16" | "float32"
+    resolve_compute_type("auto", "cpu") -> "bfloat16" | "int8_float32" | "float32"
     model = prepare_model(model, "int8", "cpu")
 """
 
@@ -50,6 +51,11 @@ def int8_supported() -> bool:
     return any(e != "none" for e in torch.backends.quantized.supported_engines)
 
 
+def int8_fast() -> bool:
+    """Whether torch's int8 linears run on fbgemm (x86), as models/int8.py measured them."""
+    return any(e in ("fbgemm", "x86") for e in torch.backends.quantized.supported_engines)
+
+
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -72,7 +78,9 @@ def resolve_compute_type(requested: str, device: str, flags: set[str] | None = N
         return requested
     if device == "cuda":
         return "float16"
-    return "bfloat16" if cpu_has_fast_bf16(flags) else "float32"
+    if cpu_has_fast_bf16(flags):
+        return "bfloat16"
+    return "int8_float32" if int8_fast() else "float32"
 
 
 def set_threads(threads: int) -> None:
@@ -97,16 +105,21 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
     if compute_type in ("bfloat16", "float16"):
         return model.to(getattr(torch, compute_type))
     if compute_type in ("int8", "int8_float32"):
-        # Per-output-channel scales, as CTranslate2's int8: per-tensor scales made base stop
-        # early on the German half of multilingual.mp3 (53 tokens instead of 127).
+        # A Whisper model's decoder is never quantized (see the module docstring), so "int8" and
+        # "int8_float32" load the same model. Its encoder gets one activation scale per row
+        # (models/int8.py); other modules (a draft's own layers, which only propose) get torch's
+        # dynamic int8, one scale per tensor. Weights: one scale per output channel, as CTranslate2's
+        # int8 (per-tensor weight scales made base stop early on the German half of multilingual.mp3).
+        if hasattr(model, "encoder"):
+            from specscribe.models.int8 import quantize_encoder
+
+            quantize_encoder(model.encoder)
+            return model
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        # A Whisper model's decoder is never quantized (see the module docstring), so "int8" and
-        # "int8_float32" load the same model; other modules (a draft's own layers) are quantized whole.
-        target = getattr(model, "encoder", model)
         with warnings.catch_warnings():  # torch.ao's deprecation notice, not actionable for users
             warnings.simplefilter("ignore")
-            quantize_dynamic(target, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+            quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
         return model
     raise ValueError(f"unknown compute type {compute_type!r}")
 

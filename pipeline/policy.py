@@ -93,6 +93,15 @@ def _common_prefix(*hypotheses: Sequence[Word]) -> int:
     return n
 
 
+def _whole_words(words: Sequence[Word], n: int) -> int:
+    """n, or fewer so that words[:n] does not end inside a hyphenated word. Whisper's word split makes
+    "ill-disposed" two words, " ill" and "-disposed": committing " ill" alone cuts the next decode's audio
+    inside the word ("ill -sposed", LibriVox 0880 streamed)."""
+    while 0 < n < len(words) and words[n].text.startswith("-"):
+        n -= 1
+    return n
+
+
 @dataclass(frozen=True)
 class PolicyUpdate:
     """What one `process`/`finish` call decided.
@@ -228,6 +237,7 @@ class LocalAgreement:
         if o.settle_after is not None:  # words that have heard settle_after seconds after themselves
             settled = self.audio_end - o.settle_after
             agreed = max(agreed, len(list(itertools.takewhile(lambda w: w.end <= settled, new))))
+        agreed = _whole_words(new, agreed)
         commit = new[:agreed]
         self._advance(commit, new[agreed:], found[-1] if len(found) == 2 else 0)
         if self.audio_end - self.buffer_start > self.options.max_buffer and self.partial:
@@ -240,7 +250,7 @@ class LocalAgreement:
     def pause(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
         bars = [self.options.min_probability] * (len(new) - 1) + [self.options.pause_probability]  # the last heard no speech after it
-        sure = len(list(itertools.takewhile(lambda wb: wb[0].probability >= wb[1], zip(new, bars))))
+        sure = _whole_words(new, len(list(itertools.takewhile(lambda wb: wb[0].probability >= wb[1], zip(new, bars)))))
         self._commit(new[:sure])
         self._history = [(self.audio_end, new[sure:])] if new[sure:] else []
         self._trim()

@@ -13,6 +13,11 @@ the fused QKV output (as before) against contiguous heads (as now).
 
     nice python scripts/bench_encoder.py --out artifacts/bench_encoder.json
     nice python scripts/bench_encoder.py --packing --batches 1 --out artifacts/bench_encoder_packing.json
+
+``--versus T1,T2`` adds, per window at batch 1, the encoder of each of those compute types (e.g. ``float32``
+against ``int8_float32``: models/int8.py), interleaved in the same rounds.
+
+    nice python scripts/bench_encoder.py --versus float32,int8_float32 --batches 1 --out artifacts/bench_encoder_int8.json
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--compute-type", default="auto")
     parser.add_argument("--packing", action="store_true", help="also time packed against plain encoder layers")
+    parser.add_argument("--versus", default="", help="also time these compute types' encoders, comma-separated")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from specscribe.machine import cpu_times
@@ -58,21 +64,30 @@ def main() -> int:
     encoders = {"engine": engine.model.encoder}
     if args.packing:
         encoders["plain"] = copy.deepcopy(engine.model.encoder)  # PackedMLP/PackedLinear copy as plain modules
+    for compute_type in filter(None, args.versus.split(",")):
+        other = load_transcriber(EngineOptions(engine="spec", compute_type=compute_type, draft="none"))
+        encoders[compute_type] = other.model.encoder
     dtype = engine.model.encoder.conv1.weight.dtype
     cases = [(w, b, side) for w in windows for b in batches for side in encoders if side == "engine" or b == 1]
     times: dict[tuple[float, int, str], list[float]] = {c: [] for c in cases}
     with torch.inference_mode():
         for encoder in encoders.values():
-            encoder(mels[windows[0]].to(dtype))  # warm-up
+            encoder(mels[windows[0]].to(encoder.conv1.weight.dtype))  # warm-up
         for r in range(args.repeat):
             for w, b, side in cases[r % len(cases):] + cases[: r % len(cases)]:
-                x = mels[w].expand(b, -1, -1).contiguous().to(dtype)  # (b, n_mels, frames)
+                x = mels[w].expand(b, -1, -1).contiguous().to(encoders[side].conv1.weight.dtype)  # (b, n_mels, frames)
                 t0 = time.perf_counter()
                 encoders[side](x)
                 times[(w, b, side)].append((time.perf_counter() - t0) / b)
     rows = [{"window_s": w, "batch": b, "encoder": side, "s_per_window_min": round(min(t), 4),
              "s_per_window_median": round(statistics.median(t), 4)} for (w, b, side), t in times.items()]
     report = {"machine": machine_info(engine.compute_type, since=started), "repeat": args.repeat, "rows": rows}
+    if args.versus:
+        base = args.versus.split(",")[0]
+        report["versus"] = [{"window_s": w, **{f"{base}_over_{side}": round(statistics.median(times[(w, 1, base)])
+                            / statistics.median(times[(w, 1, side)]), 3) for side in args.versus.split(",")[1:]}}
+                            for w in windows]
+        print(f"versus: {report['versus']}", file=sys.stderr)
     for row in rows:
         print(f"window {row['window_s']:4.0f} s  batch {row['batch']} {row['encoder']:>6}: "
               f"{row['s_per_window_median']:.3f} s a window (min {row['s_per_window_min']:.3f})", file=sys.stderr)

@@ -72,6 +72,7 @@ class Config:
     """One streaming setup: the engine and the StreamOptions fields that differ from the defaults."""
 
     engine: str = "spec"
+    compute_type: str = "auto"
     draft: str = "auto"
     translate: bool = False
     encoder_pad: float = PAD  # 30: Whisper's full 30 s window
@@ -122,6 +123,8 @@ CONFIGS = {
     "spec-pause05": Config(pause_probability=0.5),  # a pause's last word as sure as those before it (before 2026-12-06)
     "spec-timeonly": Config(policy=(("agree_thrice", False),)),  # an unsure word final by time only, not by three agreeing
     "spec-before": Config(settle_after=None, own_load=False),  # the policy and load levels before 2026-12-05
+    "spec-float32": Config(compute_type="float32"),
+    "spec-int8": Config(compute_type="int8_float32"),  # the encoder in int8, one scale per row (models/int8.py)
     "spec-plainenc": Config(plain_encoder=True),  # the encoder without prepacked linears and fused GELU
     "spec-stalepool": Config(stale_pool=True),  # as before the scheduler released the loop thread's OpenMP pool
     "spec-nocontinue": Config(continue_skipped=False),  # as before 2026-12-05: skipped speech waits for the window
@@ -355,7 +358,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
     truths: {clip: human or script transcript}; those clips also get the WER of the streamed and the batch
     text against it, and their difference (the issue's goal: streaming within 2 points of batch)."""
     c = CONFIGS[config]
-    tr = engine(c.engine, c.draft, c.query_block, c.draft_policy, c.plain_encoder, c.pass_rows)
+    tr = engine(c)
     options = StreamOptions(
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
@@ -460,22 +463,22 @@ def main(argv=None) -> int:
     truths = clip_truths(args.clips.split(","))
     load_start = os.getloadavg()[0]
 
-    engines: dict[tuple[str, str, int, int, str, bool], object] = {}
+    engines: dict[tuple, object] = {}
 
-    def engine(name: str, draft: str, query_block: int = 0, policy: str = "measured", plain_encoder: bool = False,
-               pass_rows: int = 0):
-        key = (name, draft, query_block, pass_rows, policy, plain_encoder)
+    def engine(c: Config):
+        """The transcriber of c's engine fields, loaded once per distinct set."""
+        key = (c.engine, c.compute_type, c.draft, c.query_block, c.pass_rows, c.draft_policy, c.plain_encoder)
         if key not in engines:
             engines[key] = load_transcriber(EngineOptions(
-                engine=name, model=args.model, draft=draft, threads=args.threads, query_block=query_block,
-                pass_rows=pass_rows, draft_policy=policy))
-            if plain_encoder:  # a copy of a packed encoder is the plain one (PackedLinear / PackedMLP.__deepcopy__)
+                engine=c.engine, model=args.model, compute_type=c.compute_type, draft=c.draft, threads=args.threads,
+                query_block=c.query_block, pass_rows=c.pass_rows, draft_policy=c.draft_policy))
+            if c.plain_encoder:  # a copy of a packed encoder is the plain one (PackedLinear / PackedMLP.__deepcopy__)
                 engines[key].model.encoder = copy.deepcopy(engines[key].model.encoder)
         return engines[key]
 
     # reference word times: a batch decode with word timestamps on the default engine, untimed (not
     # ct2: once CTranslate2 has run in a process, torch's passes there are about 1.7x slower)
-    ref_engine = engine("spec", "auto")
+    ref_engine = engine(Config())
     refs = {}
     for name, audio in clips.items():
         t = transcribe_audio(ref_engine, audio, LongformOptions(language="en", word_timestamps=True))

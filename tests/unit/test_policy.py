@@ -320,6 +320,24 @@ def test_a_pause_holds_a_last_word_that_is_only_fairly_sure_even_when_the_hypoth
     assert texts(u.committed) == ["and", "so", "my", "fellow", "Americans."] and u.partial == ()
 
 
+def test_a_hyphenated_word_is_committed_whole_or_not_at_all():
+    # LibriVox 0880 streamed: " ill" agreed while its "-disposed" was still unsure; committing " ill" alone cut the
+    # next decode inside the word, which came out "-sposed"
+    p = LocalAgreement()
+    heard = words("he was not an ill") + [Word(2.5, 2.9, "-dis", 0.3)]
+    p.insert_audio(3.0)
+    p.process(heard)
+    assert texts(p.process(heard).committed) == ["he", "was", "not", "an"]  # not "ill" without its continuation
+    whole = heard[:5] + [Word(2.5, 3.0, "-disposed", 0.9), Word(3.1, 3.4, " young", 0.9)]
+    p.insert_audio(3.5)
+    p.process(whole)
+    assert texts(p.process(whole).committed) == ["ill", "-disposed", "young"]
+    # at a pause likewise
+    p = LocalAgreement()
+    p.insert_audio(3.0)
+    assert texts(p.pause(heard).committed) == ["he", "was", "not", "an"]
+
+
 def test_finish_after_a_pause_commits_the_held_words():
     p = LocalAgreement()
     p.insert_audio(1.0)
