@@ -19,8 +19,8 @@ it up here instead, quantized to [-63, 63] per output channel: 2 x 255 x 63 < 2 
 saturate, whatever the model. Relative error of base's encoder output as above: 0.063 / 0.085 / 0.075
 with 7-bit weights, 0.10 / 0.10 / 0.088 with 7-bit activations.
 
-Speed, 2-core AMD EPYC with AVX2 only, base encoder, 30 s window: 0.53-0.55 s against 0.71 s for
-float32 with oneDNN-prepacked linears (docs/benchmarks.md).
+Speed, 2-core AMD EPYC with AVX2 only (Zen 3), base encoder: 0.55 s a 30 s window against 0.74 s in float32
+with oneDNN-prepacked linears, 1.35-1.40x on 10-15 s windows (scripts/bench_encoder.py --versus, docs/benchmarks.md).
 
     layer.qkv = RowInt8Linear.from_linear(layer.qkv)     # (..., in) -> (..., out)
     quantize_encoder(model.encoder)                      # all of its linears, in place
@@ -45,11 +45,11 @@ class RowInt8Linear(nn.Module):
         self.out_features, self.in_features = weight.shape
         w = weight.detach().float()
         scale = (w.abs().amax(1, keepdim=True) / WEIGHT_LEVELS).clamp_min(1e-12)  # (out, 1)
-        levels = torch.round(w / scale).to(torch.int8)  # (out, in); by hand: torch.quantize_per_channel takes 3x as long
-        scale = scale.squeeze(1).double()
+        levels = torch.round(w / scale).to(torch.int8)  # (out, in), by hand: quantize_per_channel takes 3x as long
+        scale, zero = scale.squeeze(1).double(), torch.zeros(self.out_features, dtype=torch.long)
         with warnings.catch_warnings():  # torch.ao's quantized-tensor deprecation notice, not actionable
             warnings.simplefilter("ignore")
-            q = torch._make_per_channel_quantized_tensor(levels, scale, torch.zeros_like(scale, dtype=torch.long), 0)
+            q = torch._make_per_channel_quantized_tensor(levels, scale, zero, 0)
             self._packed = torch.ops.quantized.linear_prepack(q, None)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone(), persistent=False)
         guard = torch.ones(2, self.in_features)
@@ -80,4 +80,3 @@ def quantize_encoder(encoder: nn.Module) -> nn.Module:
             if type(child) is nn.Linear:
                 setattr(module, name, RowInt8Linear.from_linear(child))
     return encoder
-

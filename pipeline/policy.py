@@ -250,7 +250,8 @@ class LocalAgreement:
     def pause(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
         bars = [self.options.min_probability] * (len(new) - 1) + [self.options.pause_probability]  # the last heard no speech after it
-        sure = _whole_words(new, len(list(itertools.takewhile(lambda wb: wb[0].probability >= wb[1], zip(new, bars)))))
+        sure = len(list(itertools.takewhile(lambda wb: wb[0].probability >= wb[1], zip(new, bars))))
+        sure = _whole_words(new, sure)
         self._commit(new[:sure])
         self._history = [(self.audio_end, new[sure:])] if new[sure:] else []
         self._trim()

@@ -17,7 +17,8 @@ the fused QKV output (as before) against contiguous heads (as now).
 ``--versus T1,T2`` adds, per window at batch 1, the encoder of each of those compute types (e.g. ``float32``
 against ``int8_float32``: models/int8.py), interleaved in the same rounds.
 
-    nice python scripts/bench_encoder.py --versus float32,int8_float32 --batches 1 --out artifacts/bench_encoder_int8.json
+    nice python scripts/bench_encoder.py --versus float32,int8_float32 --batches 1 \
+        --out artifacts/bench_encoder_int8.json
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ language and its probability, the WER against the clip's reference where it has 
 conversations), and the word difference from the first side's text. Seconds are recorded, one run each,
 not interleaved: not a speed comparison (scripts/bench_batch.py is one).
 
-    python scripts/eval_compute_types.py --sides float32,int8_float32,ct2 --out benchmarks/<machine>/eval_compute_types.json
+    python scripts/eval_compute_types.py --sides float32,int8_float32,ct2 \
+        --out benchmarks/<machine>/eval_compute_types.json
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import time
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="-", help="JSON output path (default: stdout)")
-    parser.add_argument("--sides", default="float32,int8_float32,ct2", help="compute types, or ct2 (default: %(default)s)")
+    parser.add_argument("--sides", default="float32,int8_float32,ct2",
+                        help="compute types, or ct2 (default: %(default)s)")
     parser.add_argument("--clips", default="", help="only clips whose file name contains one of these, comma-separated")
     args = parser.parse_args(argv)
     from specscribe.clips import evaluation_set
@@ -52,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                 row["same_text_as_" + sides[0]] = text == first["text"]
                 row["wer_against_" + sides[0]] = round(wer(first["text"], text), 4)
             per_clip[path.name]["sides"][side] = row
-            print(f"{side:>13} {path.name}: {row.get('wer', '-')} {row['language']} {row['seconds']} s", file=sys.stderr)
+            print(f"{side:>13} {path.name}: {row.get('wer', '-')} {row['language']} {row['seconds']} s",
+                  file=sys.stderr)
         del transcriber
     summary = {}
     for side in sides:
@@ -64,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         if side != sides[0]:
             summary[side]["clips_with_the_same_text_as_" + sides[0]] = sum(r["same_text_as_" + sides[0]] for r in rows)
-            summary[side]["mean_wer_against_" + sides[0]] = round(sum(r["wer_against_" + sides[0]] for r in rows) / len(rows), 4)
+            against = [r["wer_against_" + sides[0]] for r in rows]
+            summary[side]["mean_wer_against_" + sides[0]] = round(sum(against) / len(against), 4)
     report = {"machine": machine_info(resolve_compute_type("auto", "cpu")), "sides": sides,
               "clips_total": len(clips), "summary": summary, "clips": per_clip}
     write_report(report, args.out)

@@ -45,7 +45,8 @@ def test_a_quiet_row_beside_a_loud_one_keeps_its_precision():
     x[1] *= 1000  # a loud frame beside a quiet one
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        per_tensor = quantize_dynamic(nn.Sequential(linear()), {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        per_tensor = quantize_dynamic(nn.Sequential(linear()), {nn.Linear: per_channel_dynamic_qconfig},
+                                      dtype=torch.qint8)
     with torch.inference_mode():
         want = lin(x)
         rows = RowInt8Linear.from_linear(lin)(x)
