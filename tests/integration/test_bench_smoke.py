@@ -37,7 +37,9 @@ BENCHES = [
     ("bench_streaming.py", ["--clips", "jfk", "--configs", "spec", "--repeat", "1", "--offsets", "0,0.2",
                             "--speed", "2"]),
     ("bench_server.py", ["--clients", "2", "--configs", "spec", "--stream-seconds", "3"]),
-    ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2", "--packing"]),
+    ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2", "--packing", "--compute-type", "float32",
+                          "--versus", "float32,int8_float32"]),
+    ("eval_compute_types.py", ["--sides", "float32,int8_float32", "--clips", "jfk"]),
     ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--files", "2", "--ray-sides", "ray1"]),
     ("bench_align.py", ["--repeat", "1", "--seconds", "4"]),
 ]
@@ -164,11 +166,22 @@ def test_bench_server_sections(tmp_path_factory):
 def test_bench_encoder_sections(tmp_path_factory):
     script, args = next(b for b in BENCHES if b[0] == "bench_encoder.py")
     report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
-    assert [(r["window_s"], r["batch"], r["encoder"]) for r in report["rows"]] == [(6.0, 1, "engine"), (6.0, 1, "plain"),
-                                                                                 (6.0, 2, "engine")]
+    assert [(r["window_s"], r["batch"], r["encoder"]) for r in report["rows"]] == [
+        (6.0, 1, "engine"), (6.0, 1, "plain"), (6.0, 1, "float32"), (6.0, 1, "int8_float32"), (6.0, 2, "engine")]
     assert all(0 < r["s_per_window_min"] <= r["s_per_window_median"] for r in report["rows"])
     assert [p["window_s"] for p in report["packing"]] == [6.0] and report["packing"][0]["plain_over_engine"] > 0
     assert set(report["attention_ms"]) == {"strided", "contiguous"} and min(report["attention_ms"].values()) > 0
+    assert [v["window_s"] for v in report["versus"]] == [6.0] and report["versus"][0]["float32_over_int8_float32"] > 0
+
+
+def test_eval_compute_types_sections(tmp_path_factory):
+    script, args = next(b for b in BENCHES if b[0] == "eval_compute_types.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    jfk = report["clips"]["jfk.flac"]["sides"]
+    assert report["sides"] == ["float32", "int8_float32"] and report["clips_total"] == 1
+    assert jfk["float32"]["wer"] == 0 and jfk["int8_float32"]["wer"] == 0  # both hear JFK word for word
+    assert jfk["int8_float32"]["same_text_as_float32"] and jfk["int8_float32"]["language"] == "en"
+    assert report["summary"]["int8_float32"]["clips_with_the_same_text_as_float32"] == 1
 
 
 def test_bench_align_sections(tmp_path_factory):
