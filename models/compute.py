@@ -17,8 +17,8 @@ pass. A speculative verify pass over k+1 tokens then gives different logits than
 steps, and the output is no longer the target's own (measured: 6 of 36 decodes differed). A
 float32 decoder can be made row-independent (models/invariant.py), so speculation and batching
 stay lossless; the encoder runs once per window and keeps the int8 speed-up. (models/int8.py's
-RowInt8Linear is row-independent too, so an int8 decoder could be built on it; not done.) ``int8`` is
-accepted as faster-whisper's name and loads the same model as ``int8_float32``: a decoder whose text
+RowInt8Linear is row-independent too; the output head on it was tried and not kept: it moved timestamps
+and changed text on 6 of 14 clips, docs/benchmarks.md.) ``int8`` is accepted as faster-whisper's name and loads the same model as ``int8_float32``: a decoder whose text
 changes with the batch would not be lossless.
 
     resolve_device("auto") -> "cuda" | "cpu"

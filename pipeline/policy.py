@@ -249,7 +249,8 @@ class LocalAgreement:
 
     def pause(self, words: Sequence[Word]) -> PolicyUpdate:
         new = self._new_words(words)
-        bars = [self.options.min_probability] * (len(new) - 1) + [self.options.pause_probability]  # the last heard no speech after it
+        # the last word heard no speech after it: it needs pause_probability, the others min_probability
+        bars = [self.options.min_probability] * (len(new) - 1) + [self.options.pause_probability]
         sure = len(list(itertools.takewhile(lambda wb: wb[0].probability >= wb[1], zip(new, bars))))
         sure = _whole_words(new, sure)
         self._commit(new[:sure])

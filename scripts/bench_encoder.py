@@ -65,7 +65,8 @@ def main() -> int:
     encoders = {"engine": engine.model.encoder}
     if args.packing:
         encoders["plain"] = copy.deepcopy(engine.model.encoder)  # PackedMLP/PackedLinear copy as plain modules
-    for compute_type in filter(None, args.versus.split(",")):
+    versus = [t for t in args.versus.split(",") if t]  # compute types; the first is the ratios' numerator
+    for compute_type in versus:
         other = load_transcriber(EngineOptions(engine="spec", compute_type=compute_type, draft="none"))
         encoders[compute_type] = other.model.encoder
     dtype = engine.model.encoder.conv1.weight.dtype
@@ -83,10 +84,10 @@ def main() -> int:
     rows = [{"window_s": w, "batch": b, "encoder": side, "s_per_window_min": round(min(t), 4),
              "s_per_window_median": round(statistics.median(t), 4)} for (w, b, side), t in times.items()]
     report = {"machine": machine_info(engine.compute_type, since=started), "repeat": args.repeat, "rows": rows}
-    if args.versus:
-        base = args.versus.split(",")[0]
+    if versus:
+        base = versus[0]
         report["versus"] = [{"window_s": w, **{f"{base}_over_{side}": round(statistics.median(times[(w, 1, base)])
-                            / statistics.median(times[(w, 1, side)]), 3) for side in args.versus.split(",")[1:]}}
+                            / statistics.median(times[(w, 1, side)]), 3) for side in versus[1:]}}
                             for w in windows]
         print(f"versus: {report['versus']}", file=sys.stderr)
     for row in rows:
