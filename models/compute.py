@@ -11,15 +11,16 @@ CTranslate2's int8 does not: live JFK never locked English (language probability
 language tests pass, the encoder runs 1.34-1.40x faster than float32's, and batch text equals float32's on 10
 of 14 evaluation clips (docs/benchmarks.md, "Machine of these figures: benchmarks/epyc-avx2/").
 
-Why the decoder stays float32 under int8: torch's dynamic int8 Linear quantizes its input with ONE
+Why the decoder stays float32 under int8_float32 (and ``auto``): torch's dynamic int8 Linear quantizes its input with ONE
 scale for the whole (T, d) activation, so the logits of one row depend on the other rows of the
 pass. A speculative verify pass over k+1 tokens then gives different logits than k+1 single
 steps, and the output is no longer the target's own (measured: 6 of 36 decodes differed). A
 float32 decoder can be made row-independent (models/invariant.py), so speculation and batching
-stay lossless; the encoder runs once per window and keeps the int8 speed-up. (models/int8.py's
-RowInt8Linear is row-independent too; the output head on it was tried and not kept: it moved timestamps
-and changed text on 6 of 14 clips, docs/benchmarks.md.) ``int8`` is accepted as faster-whisper's name and loads the same model as ``int8_float32``: a decoder whose text
-changes with the batch would not be lossless.
+stay lossless; the encoder runs once per window and keeps the int8 speed-up. ``int8`` (faster-whisper's name)
+puts the decoder's linears and output head on models/int8.py's RowInt8Linear as well: row-independent too, so
+still lossless at that precision, but on the AVX2 EPYC where ``auto`` picks ``int8_float32`` it changed text on
+two more of the 14 evaluation clips and sped batch up by 3 % only (the encoder dominates; docs/benchmarks.md,
+"The decoder in int8 too"), so ``auto`` does not pick it.
 
     resolve_device("auto") -> "cuda" | "cpu"
     resolve_compute_type("auto", "cpu") -> "bfloat16" | "int8_float32" | "float32"
@@ -106,15 +107,16 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
     if compute_type in ("bfloat16", "float16"):
         return model.to(getattr(torch, compute_type))
     if compute_type in ("int8", "int8_float32"):
-        # A Whisper model's decoder is never quantized (see the module docstring), so "int8" and
-        # "int8_float32" load the same model. Its encoder gets one activation scale per row
-        # (models/int8.py); other modules (a draft's own layers, which only propose) get torch's
-        # dynamic int8, one scale per tensor. Weights: one scale per output channel, as CTranslate2's
+        # A Whisper model's encoder gets one activation scale per row (models/int8.py), and under
+        # "int8" its decoder too (the module docstring); other modules (a draft's own layers, which
+        # only propose) get torch's dynamic int8, one scale per tensor. Weights: one scale per output channel, as CTranslate2's
         # int8 (per-tensor weight scales made base stop early on the German half of multilingual.mp3).
         if hasattr(model, "encoder"):
-            from specscribe.models.int8 import quantize_encoder
+            from specscribe.models.int8 import quantize_decoder, quantize_encoder
 
             quantize_encoder(model.encoder)
+            if compute_type == "int8":
+                quantize_decoder(model.decoder)
             return model
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
@@ -283,7 +285,7 @@ def pack_decoder(decoder: nn.Module, rows: int) -> nn.Module:
     """Swap the pass linears of a TextDecoder (PASS_LINEARS in its layers, and its output head)
     for PackedLinear, in place, on CPU. Left as they are: CUDA and quantized decoders, and CPUs or
     dtypes oneDNN cannot pack (bf16 without AVX512). Returns the decoder."""
-    if not _can_pack(decoder.proj.weight, rows):
+    if not _can_pack(decoder.token_embedding.weight, rows):
         return decoder
     for module in list(decoder.layers.modules()):
         for name, child in list(module.named_children()):

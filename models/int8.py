@@ -1,5 +1,5 @@
-"""Int8 encoder linears with one activation scale per ROW, as CTranslate2's int8 (compute types
-``int8`` / ``int8_float32`` on CPU; the decoder stays float32, see models/compute.py).
+"""Int8 linears with one activation scale per ROW, as CTranslate2's int8: the encoder's under compute types
+``int8_float32`` and ``int8`` on CPU, the decoder's and its output head under ``int8`` (models/compute.py).
 
 torch's dynamic int8 Linear (fbgemm) quantizes its input with one scale for the whole tensor: in a
 Whisper encoder window, the loudest frame then sets the step for every quiet one. Measured on base's
@@ -21,9 +21,12 @@ with 7-bit weights, 0.10 / 0.10 / 0.088 with 7-bit activations.
 
 Speed, 2-core AMD EPYC with AVX2 only (Zen 3), base encoder: 0.55 s a 30 s window against 0.74 s in float32
 with oneDNN-prepacked linears, 1.35-1.40x on 10-15 s windows (scripts/bench_encoder.py --versus, docs/benchmarks.md).
+Base's decoder pass, batch-invariant: 12.3 against 18.8 ms for one row, 66 against 78 ms for 16 sequences
+(scripts/bench_engines.py pass_ms, benchmarks/epyc-avx2/bench_engines_int8_decoder.json).
 
     layer.qkv = RowInt8Linear.from_linear(layer.qkv)     # (..., in) -> (..., out)
     quantize_encoder(model.encoder)                      # all of its linears, in place
+    quantize_decoder(model.decoder)                      # its layers' linears and the output head
 """
 
 from __future__ import annotations
@@ -71,11 +74,26 @@ class RowInt8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}"
 
 
+def quantize_linears(module: nn.Module) -> nn.Module:
+    """Swap every nn.Linear inside module for RowInt8Linear, in place; returns module."""
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, RowInt8Linear.from_linear(child))
+    return module
+
+
 def quantize_encoder(encoder: nn.Module) -> nn.Module:
     """Swap every nn.Linear of an AudioEncoder (``qkv``, ``out``, ``mlp.fc1``, ``mlp.fc2``) for RowInt8Linear,
     in place; returns the encoder."""
-    for module in list(encoder.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is nn.Linear:
-                setattr(module, name, RowInt8Linear.from_linear(child))
-    return encoder
+    return quantize_linears(encoder)
+
+
+def quantize_decoder(decoder: nn.Module) -> nn.Module:
+    """Swap a TextDecoder's linears (every layer's, and the output head: its own int8 copy of the tied
+    token embedding, which stays float32) for RowInt8Linear, in place; returns the decoder. Rows stay
+    independent, so passes stay batch-invariant and speculation lossless at this precision."""
+    quantize_linears(decoder.layers)
+    if type(decoder.proj) is nn.Linear:
+        decoder.proj = RowInt8Linear.from_linear(decoder.proj)
+    return decoder

@@ -125,6 +125,7 @@ CONFIGS = {
     "spec-before": Config(settle_after=None, own_load=False),  # the policy and load levels before 2026-12-05
     "spec-float32": Config(compute_type="float32"),
     "spec-int8": Config(compute_type="int8_float32"),  # the encoder in int8, one scale per row (models/int8.py)
+    "spec-int8-full": Config(compute_type="int8"),  # the decoder's linears and head in int8 too
     "spec-plainenc": Config(plain_encoder=True),  # the encoder without prepacked linears and fused GELU
     "spec-stalepool": Config(stale_pool=True),  # as before the scheduler released the loop thread's OpenMP pool
     "spec-nocontinue": Config(continue_skipped=False),  # as before 2026-12-05: skipped speech waits for the window

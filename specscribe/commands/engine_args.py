@@ -18,7 +18,7 @@ def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--devic
                    help="where the model runs (default: auto)")
     g.add_argument("--compute-type", default="auto", choices=COMPUTE_TYPES,
                    help="auto: bf16 on CPUs with AMX/AVX512-BF16, else int8_float32 (int8 encoder + float32 "
-                        "decoder) on x86, else float32; float16 on CUDA")
+                        "decoder) on x86, else float32; float16 on CUDA. int8: the decoder in int8 too")
     g.add_argument("--draft", default="auto", choices=("auto", "none", "decoder", "ngram"),
                    help="drafter for the spec engine (none: plain target greedy on the same engine)")
     g.add_argument("--draft-model", default=None, metavar="PATH", help="draft decoder checkpoint (safetensors)")

@@ -1,5 +1,6 @@
 """Speculative decoding is lossless on real clips: at the compute type `auto` picks on this CPU
-(bfloat16 with AVX512-BF16/AMX, float32 otherwise) on every clip and in float32 on two, for every drafter (a
+(bfloat16 with AVX512-BF16/AMX, int8_float32 on other x86, float32 elsewhere) on every clip, in float32 on
+two and in int8 (decoder in int8 too) on two, for every drafter (a
 deliberately random one and the feature drafter on the target's hidden states included), the tokens equal the target's own reference loop
 (models/decoding.generate), with and without timestamps, in the transcribe and translate tasks.
 Exact tokens, not a tolerance: the target's passes are batch-invariant (models/invariant.py).
@@ -33,14 +34,22 @@ def _default_compute_type() -> str:
     return resolve_compute_type("auto", "cpu")
 
 
+def _int8_cases() -> list[tuple[str, str]]:
+    """The full-int8 decoder (compute type int8, wherever fbgemm runs it) on one English and the German clip."""
+    from specscribe.models.compute import int8_fast
+
+    return [("int8", name) for name in ("jfk", "multilingual-de")] if int8_fast() else []
+
+
 def _cases() -> list[tuple[str, str]]:
-    """(compute type, clip): every clip at the default, FLOAT32_CLIPS in float32."""
+    """(compute type, clip): every clip at the default, FLOAT32_CLIPS in float32, two in int8."""
     default = _default_compute_type()
     cases = [(default, name) for name in CLIP_NAMES]
-    return cases + ([("float32", name) for name in FLOAT32_CLIPS] if default != "float32" else [])
+    cases += [("float32", name) for name in FLOAT32_CLIPS] if default != "float32" else []
+    return cases + [c for c in _int8_cases() if c[0] != default]
 
 
-@pytest.fixture(scope="module", params=sorted({"float32", _default_compute_type()}))
+@pytest.fixture(scope="module", params=sorted({c for c, _ in _cases()}))
 def engine(base_model_dir, request):
     from specscribe.models.engines import EngineOptions
     from specscribe.models.spec_engine import SpecEngine

@@ -17,10 +17,11 @@ pytestmark = pytest.mark.integration
 
 
 def _compute_types() -> list[str]:
-    from specscribe.models.compute import cpu_has_fast_bf16
+    from specscribe.models.compute import cpu_has_fast_bf16, int8_fast
 
-    # bfloat16 runs (emulated, slowly) on any CPU; test it where `auto` would pick it
-    return ["float32", "bfloat16"] if cpu_has_fast_bf16() else ["float32"]
+    # bfloat16 runs (emulated, slowly) on any CPU; test it where `auto` would pick it. int8 (the decoder's
+    # linears and head on row-scaled int8) wherever fbgemm runs it.
+    return ["float32"] + (["bfloat16"] if cpu_has_fast_bf16() else []) + (["int8"] if int8_fast() else [])
 
 
 @pytest.fixture(scope="module", params=_compute_types())

@@ -101,3 +101,28 @@ def test_quantize_encoder_swaps_every_linear():
     assert not any(type(m) is nn.Linear for m in encoder.modules())
     assert sum(type(m) is RowInt8Linear for m in encoder.modules()) == 2 * 4  # qkv, out, fc1, fc2 per layer
     assert relative_error(got, want) < 0.05
+
+
+def test_int8_quantizes_the_decoder_and_int8_float32_leaves_it_float32():
+    from specscribe.models.compute import prepare_model
+    from specscribe.models.weights import WhisperDims
+    from specscribe.models.whisper import WhisperModel
+
+    dims = WhisperDims(n_mels=8, n_audio_ctx=6, n_audio_state=16, n_audio_head=2, n_audio_layer=1,
+                       n_vocab=40, n_text_ctx=24, n_text_state=16, n_text_head=2, n_text_layer=2)  # fmt: skip
+
+    def model(compute_type: str) -> nn.Module:
+        torch.manual_seed(4)
+        return prepare_model(WhisperModel(dims).eval(), compute_type, "cpu")
+
+    plain, full, encoder_only = model("float32"), model("int8"), model("int8_float32")
+    assert not any(type(m) is nn.Linear for m in full.decoder.layers.modules())
+    assert type(full.decoder.proj) is RowInt8Linear
+    assert full.decoder.token_embedding.weight.dtype == torch.float32  # the head's int8 copy is its own
+    assert type(encoder_only.decoder.proj) is nn.Linear
+    assert any(type(m) is nn.Linear for m in encoder_only.decoder.layers.modules())
+    enc = torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        want = plain.decoder.session(enc).forward([1, 2, 3, 4])
+        got = full.decoder.session(enc).forward([1, 2, 3, 4])
+    assert relative_error(got, want) < 0.05

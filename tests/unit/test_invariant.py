@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from specscribe.models import invariant
-from specscribe.models.compute import PackedLinear, pack_decoder
+from specscribe.models.compute import PackedLinear, int8_fast, pack_decoder
+from specscribe.models.int8 import quantize_decoder
 from specscribe.models.invariant import PassShape, RowBlocks, attend, attend_blocks, causal_mask, stacked_attention
 from specscribe.models.weights import WhisperDims
 from specscribe.models.whisper import PassPart, WhisperModel
@@ -24,14 +25,19 @@ from specscribe.models.whisper import PassPart, WhisperModel
 DIMS = WhisperDims(n_mels=8, n_audio_ctx=300, n_audio_state=512, n_audio_head=8, n_audio_layer=1,
                    n_vocab=2000, n_text_ctx=96, n_text_state=512, n_text_head=8, n_text_layer=2)  # fmt: skip
 DTYPES = [torch.float32, torch.bfloat16]
+# decoders: the dtypes, and "int8" (float32 with row-scaled int8 linears and head, compute type int8)
+DECODERS = DTYPES + (["int8"] if int8_fast() else [])
 
 
-def _decoder(dtype: torch.dtype, rows: int = 8, packed: bool = True, query_block: int = 1):
+def _decoder(dtype: torch.dtype | str, rows: int = 8, packed: bool = True, query_block: int = 1):
     torch.manual_seed(0)
     model = WhisperModel(DIMS).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.05)
+    if dtype == "int8":
+        quantize_decoder(model.decoder)
+        dtype = torch.float32
     model = model.to(dtype)
     model.decoder.pass_shape = PassShape(rows=rows, key_block=16, query_block=query_block)
     if packed:
@@ -40,7 +46,7 @@ def _decoder(dtype: torch.dtype, rows: int = 8, packed: bool = True, query_block
     return model.decoder, encs
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DECODERS)
 @pytest.mark.parametrize("companions", [1, 7, 31])
 @pytest.mark.parametrize("rows, query_block", [(8, 1), (8, 4), (16, 1)])  # the shapes models/compute.py picks
 @pytest.mark.parametrize("prompt_len", [3, 21])  # a prompt within a block, and one over a block
@@ -63,7 +69,7 @@ def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, r
         assert torch.equal(got[i], row), f"row {i} differs by {(got[i] - row).abs().max()}"
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DECODERS)
 @pytest.mark.parametrize("query_block", [1, 4])
 def test_rejected_cache_slots_do_not_change_the_next_logits(dtype, query_block):
     decoder, encs = _decoder(dtype, query_block=query_block)
@@ -76,7 +82,7 @@ def test_rejected_cache_slots_do_not_change_the_next_logits(dtype, query_block):
     assert torch.equal(a.forward([5])[-1], b.forward([5])[-1])
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DECODERS)
 @pytest.mark.parametrize("query_block", [1, 4])
 def test_prompt_rows_give_the_same_bits_with_drafts_after_them(dtype, query_block):
     decoder, encs = _decoder(dtype, query_block=query_block)
