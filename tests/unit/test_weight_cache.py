@@ -84,7 +84,8 @@ def test_outputs_bitwise_equal_to_the_uncached_model(folder, tmp_path, compute_t
         model, _ = load(folder, tmp_path / "cache", compute_type)
         got = outputs(model)
         assert all(torch.equal(g, w) for g, w in zip(got, want))
-        assert model.decoder.proj.weight is model.decoder.token_embedding.weight  # still tied
+        if compute_type != "int8":  # int8's head is an int8 copy (models/int8.py quantize_decoder)
+            assert model.decoder.proj.weight is model.decoder.token_embedding.weight  # still tied
         assert {p.device.type for p in model.parameters()} == {"cpu"}
 
 
