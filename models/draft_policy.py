@@ -246,7 +246,10 @@ class DraftPolicy:
 class DraftLength:
     """The adaptive draft length and the on/off switch for one decode.
 
-    k grows by 2 after a fully accepted draft and shrinks by 1 after a rejection, within bounds.
+    k grows by 2 after a fully accepted draft and shrinks by 1 after a rejection, within bounds; with
+    SpecOptions.k_steps "multiplicative" (lookup drafts, such as a re-decode's previous hypothesis) it
+    doubles, or halves but keeps the accepted length plus one: after a hypothesis diverged, its
+    re-synced runs are short, and each rejected row still costs the target pass a row.
     Cost model: a plain step costs ``plain_ms`` (measured on this decode's plain steps; before
     any, ``options.plain_ms`` when given, else this round's verify time, which is an overestimate
     where k+1 rows cost more than one); drafting costs what it measured. A
@@ -256,6 +259,8 @@ class DraftLength:
     """
 
     def __init__(self, options: SpecOptions):
+        if options.k_steps not in ("additive", "multiplicative"):
+            raise ValueError(f"unknown k_steps {options.k_steps!r}; choose additive or multiplicative")
         self.options = options
         self.k = options.k_init
         self.off_steps = 0  # plain steps left before the next probe
@@ -272,6 +277,15 @@ class DraftLength:
 
     def next_k(self) -> int:
         return self.k if self.enabled else 0
+
+    def _next_k(self, drafted: int, accepted: int) -> int:
+        """k after a round that drafted ``drafted`` tokens and had ``accepted`` of them accepted."""
+        opts, k = self.options, self.k
+        if opts.k_steps == "multiplicative":
+            k = 2 * k if accepted == drafted else min(k - 1, max(accepted + 1, k // 2))
+        else:
+            k = k + 2 if accepted == drafted else k - 1
+        return max(opts.k_min, min(opts.k_max, k))
 
     def update(
         self, drafted: int, accepted: int, emitted: int, verify_ms: float, draft_ms: float, measure: bool = True
@@ -290,7 +304,7 @@ class DraftLength:
             return
         if not opts.adaptive:
             return
-        self.k = min(opts.k_max, self.k + 2) if accepted == drafted else max(opts.k_min, self.k - 1)
+        self.k = self._next_k(drafted, accepted)
         if not measure:
             return
         unit = self.plain_ms if self.plain_ms is not None else verify_ms

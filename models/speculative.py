@@ -54,6 +54,11 @@ class SpecOptions:
             n_ctx - len(prompt) + 1 tokens are generated, as in the plain loop.
         temperature: 0 for greedy (the default); > 0 samples from softmax(logits / temperature).
         k_init, k_min, k_max: the draft length at the start, and its bounds.
+        k_steps: how k adapts (models/draft_policy.py DraftLength): "additive" (+2 after a fully accepted
+            draft, -1 after a rejection: a draft model, whose every token costs a step) or
+            "multiplicative" (double, or halve but keep what was accepted plus one: a lookup
+            drafter such as a re-decode's previous hypothesis, free to draft, whose rejected rows
+            still cost the target pass).
         adaptive: adapt k and switch speculation off when it does not pay; False keeps k = k_init.
         min_rounds: speculative rounds measured before speculation may be judged a loss.
         probe_after: plain steps after a switch-off before speculation is tried again (doubles
@@ -72,6 +77,7 @@ class SpecOptions:
     k_init: int = 4
     k_min: int = 1
     k_max: int = 12
+    k_steps: str = "additive"
     adaptive: bool = True
     min_rounds: int = 4
     probe_after: int = 16

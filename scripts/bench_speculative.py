@@ -214,7 +214,7 @@ def run(args) -> dict:
             measured = interleaved({
                 "none": lambda: bench.speculative(encoded, request, language, factories["none"]),
                 "hypothesis": lambda: bench.speculative(encoded, request, language, from_hypothesis,
-                                                        hypothesis_spec_options(eot, hyp.tokens)),
+                                                        hypothesis_spec_options(eot, hyp.tokens, engine.compute_type)),
             }, args.repeat)
             (plain, _), plain_times = measured["none"]
             (spec, st), times = measured["hypothesis"]

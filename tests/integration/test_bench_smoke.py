@@ -42,6 +42,7 @@ BENCHES = [
     ("eval_compute_types.py", ["--sides", "float32,int8_float32", "--clips", "jfk"]),
     ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--files", "2", "--ray-sides", "ray1"]),
     ("bench_align.py", ["--repeat", "1", "--seconds", "4"]),
+    ("bench_redecode.py", ["--set", "librivox", "--clips", "0870", "--repeat", "1"]),
 ]
 
 _outputs: dict[str, dict] = {}
@@ -182,6 +183,14 @@ def test_eval_compute_types_sections(tmp_path_factory):
     assert jfk["float32"]["wer"] == 0 and jfk["int8_float32"]["wer"] == 0  # both hear JFK word for word
     assert jfk["int8_float32"]["same_text_as_float32"] and jfk["int8_float32"]["language"] == "en"
     assert report["summary"]["int8_float32"]["clips_with_the_same_text_as_float32"] == 1
+
+
+def test_bench_redecode_sections(tmp_path_factory):
+    script, args = next(b for b in BENCHES if b[0] == "bench_redecode.py")
+    report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
+    assert report["clips"] == ["librivox/0870"] and report["redecodes"] > 0 and report["same_tokens"]
+    assert set(report["seconds"]) == {"additive", "multiplicative"} and min(report["median_s"].values()) > 0
+    assert all(t["tokens"] > 0 and t["accepted"] <= t["drafted"] for t in report["totals"].values())
 
 
 def test_bench_align_sections(tmp_path_factory):

@@ -154,3 +154,34 @@ def test_the_measured_plain_step_prices_a_decodes_rounds():
     ctl = DraftLength(SpecOptions(eot=EOT, plain_ms=10.0))
     ctl.update(0, 0, 1, verify_ms=14, draft_ms=0)  # the decode's own plain step replaces the hint
     assert ctl.plain_ms == pytest.approx(14)
+
+
+def test_multiplicative_k_halves_on_a_rejection_keeps_what_was_accepted_and_doubles_on_a_full_run():
+    """A lookup draft (a re-decode's previous hypothesis) after it diverged: its re-synced runs are short,
+    and every rejected row costs the target pass a row, so k falls fast; a run that holds doubles it."""
+    ctl = DraftLength(SpecOptions(eot=EOT, k_init=32, k_max=32, k_steps="multiplicative"))
+    ctl.update(32, 3, 4, verify_ms=60, draft_ms=0, measure=False)  # the prompt pass: diverged after 3
+    assert ctl.next_k() == 16
+    ctl.update(16, 10, 11, verify_ms=40, draft_ms=0)
+    assert ctl.next_k() == 11  # the accepted 10 + 1, more than half
+    ctl.update(11, 0, 1, verify_ms=30, draft_ms=0)
+    assert ctl.next_k() == 5
+    ctl.update(5, 5, 6, verify_ms=25, draft_ms=0)
+    assert ctl.next_k() == 10
+    for _ in range(3):
+        ctl.update(ctl.next_k(), ctl.next_k(), ctl.next_k() + 1, verify_ms=25, draft_ms=0)
+    assert ctl.next_k() == 32  # bounded by k_max
+    additive = DraftLength(SpecOptions(eot=EOT, k_init=32, k_max=32))
+    additive.update(32, 3, 4, verify_ms=60, draft_ms=0, measure=False)
+    assert additive.next_k() == 31  # the draft model's rule: one less
+    with pytest.raises(ValueError, match="k_steps"):
+        DraftLength(SpecOptions(eot=EOT, k_steps="geometric"))
+
+
+def test_a_redecode_adapts_its_hypothesis_drafts_multiplicatively_where_rows_cost():
+    from specscribe.models.spec_engine import hypothesis_spec_options
+
+    for compute_type, k_steps in (("float32", "multiplicative"), ("int8_float32", "multiplicative"),
+                                  ("bfloat16", "additive"), ("float16", "additive")):
+        options = hypothesis_spec_options(EOT, list(range(40)), compute_type)
+        assert options.k_steps == k_steps and options.k_init == options.k_max == 32
