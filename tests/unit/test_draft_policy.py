@@ -32,8 +32,8 @@ class Card:
 
 
 def stats(tokens: int, ms: float) -> SpecStats:
-    """A decode that emitted ``tokens`` beyond the first in ``ms`` after a 50 ms prefill."""
-    return SpecStats(target_passes=tokens, tokens=tokens + 1, verify_ms=ms + 50, prefill_ms=50)
+    """A plain decode that emitted ``tokens`` in ``ms``, its prompt pass included."""
+    return SpecStats(target_passes=tokens, tokens=tokens, verify_ms=ms, prefill_ms=ms / tokens)
 
 
 def play(policy: DraftPolicy, speed: dict[str, float], n: int, context=EN, arms=ARMS) -> list[str]:
@@ -100,9 +100,9 @@ def test_contexts_learn_apart_and_short_or_dropped_decodes_teach_nothing():
     assert policy.choose(EN, ARMS).arm == "decoder"
     assert policy.choose(de, ARMS).arm == "none"
     assert de.label() == "xx-transcribe/first/alone"
-    fresh = DraftPolicy(PolicyOptions(min_tokens=4))
+    fresh = DraftPolicy(PolicyOptions(min_tokens=5))
     short = fresh.choose(EN, ARMS)
-    fresh.done(short, stats(3, 1.0))  # 3 tokens after the first pass: timing noise
+    fresh.done(short, stats(4, 1.0))  # 4 tokens: timing noise
     dropped = fresh.choose(EN, ARMS)
     assert dropped.arm == "decoder"  # still untried, no longer in flight: first again
     assert fresh.choose(EN, ARMS).arm == "ngram"  # while that one is in flight, the next untried arm
@@ -119,7 +119,7 @@ def test_bad_options_and_no_arms():
         DraftPolicy().choose(EN, ())
 
 
-def test_a_decode_splits_off_its_prefill_and_counts_drafter_start_up():
+def test_a_decodes_reward_counts_its_prompt_pass_and_drafter_start_up():
     clock = FakeClock()
 
     class SlowStart(ScriptDrafter):
@@ -135,8 +135,8 @@ def test_a_decode_splits_off_its_prefill_and_counts_drafter_start_up():
     assert st.verify_ms == pytest.approx(10 * st.target_passes)
     assert st.draft_ms == pytest.approx(5 + 1 * st.drafted)  # start-up + 1 ms per drafted token
     tokens, ms = decode_reward(st)
-    assert tokens == st.tokens - 1  # what the prompt pass's drafts added counts
-    assert ms == pytest.approx(10 * (st.target_passes - 1) + st.draft_ms)
+    assert tokens == st.tokens  # what the prompt pass's drafts added counts, and so does its time
+    assert ms == pytest.approx(10 * st.target_passes + st.draft_ms)
 
 
 def test_the_measured_plain_step_prices_a_decodes_rounds():
