@@ -185,3 +185,16 @@ def test_a_redecode_adapts_its_hypothesis_drafts_multiplicatively_where_rows_cos
                                   ("bfloat16", "additive"), ("float16", "additive")):
         options = hypothesis_spec_options(EOT, list(range(40)), compute_type)
         assert options.k_steps == k_steps and options.k_init == options.k_max == 32
+
+
+def test_the_fixed_rules_arm_stays_unless_another_is_clearly_faster():
+    """Arms 8 % apart cannot be told apart from ~20 noisy decodes: the rule's arm (the first) keeps its
+    place; one 40 % faster replaces it."""
+    close = play(DraftPolicy(), {"decoder": 0.92, "ngram": 1.0, "none": 0.5}, 60)
+    assert close[3:].count("decoder") >= 45
+    no_margin = play(DraftPolicy(PolicyOptions(prior_margin=0)), {"decoder": 0.92, "ngram": 1.0, "none": 0.5}, 60)
+    assert no_margin[3:].count("ngram") >= 45
+    far = play(DraftPolicy(), {"decoder": 0.6, "ngram": 1.0, "none": 0.5}, 60)
+    assert far[3:].count("ngram") >= 45
+    with pytest.raises(ValueError, match="prior_margin"):
+        DraftPolicy(PolicyOptions(prior_margin=-0.1))
