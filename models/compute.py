@@ -11,9 +11,9 @@ CTranslate2's int8 does not: live JFK never locked English (language probability
 language tests pass, the encoder runs 1.34-1.40x faster than float32's, and batch text equals float32's on 10
 of 14 evaluation clips (docs/benchmarks.md, "Machine of these figures: benchmarks/epyc-avx2/").
 
-Why the decoder stays float32 under int8_float32 (and ``auto``): torch's dynamic int8 Linear quantizes its input with ONE
-scale for the whole (T, d) activation, so the logits of one row depend on the other rows of the
-pass. A speculative verify pass over k+1 tokens then gives different logits than k+1 single
+Why the decoder stays float32 under int8_float32 (and ``auto``): torch's dynamic int8 Linear
+quantizes its input with ONE scale for the whole (T, d) activation, so the logits of one row depend
+on the other rows of the pass. A speculative verify pass over k+1 tokens then gives different logits than k+1 single
 steps, and the output is no longer the target's own (measured: 6 of 36 decodes differed). A
 float32 decoder can be made row-independent (models/invariant.py), so speculation and batching
 stay lossless; the encoder runs once per window and keeps the int8 speed-up. ``int8`` (faster-whisper's name)
@@ -109,8 +109,9 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
     if compute_type in ("int8", "int8_float32"):
         # A Whisper model's encoder gets one activation scale per row (models/int8.py), and under
         # "int8" its decoder too (the module docstring); other modules (a draft's own layers, which
-        # only propose) get torch's dynamic int8, one scale per tensor. Weights: one scale per output channel, as CTranslate2's
-        # int8 (per-tensor weight scales made base stop early on the German half of multilingual.mp3).
+        # only propose) get torch's dynamic int8, one scale per tensor. Weights: one scale per
+        # output channel, as CTranslate2's int8 (per-tensor weight scales made base stop early on
+        # the German half of multilingual.mp3).
         if hasattr(model, "encoder"):
             from specscribe.models.int8 import quantize_decoder, quantize_encoder
 

@@ -26,9 +26,8 @@ the best measured reward in its context, as TLT's bandit picks its drafting stra
   value * (1 + explore * sqrt(ln N / n)) (discounted UCB, Garivier & Moulines 2011; N, n discounted
   counts of the context and the arm, decodes still in flight counted as played), the fixed rule's arm's
   raised by ``prior_margin`` (15 %): the rule was right where it was measured, and another arm must be
-  clearly better to replace it. A worse arm is
-  re-tried less and less often, and again once the discount has forgotten it (the draft adapted,
-  the load changed).
+  clearly better to replace it. A worse arm is re-tried less and less often, and again once the
+  discount has forgotten it (the draft adapted, the load changed).
 
 How many tokens to draft stays each decode's own controller's (``DraftLength``, at the end), which
 prices its rounds with the plain step cost this policy measured (``plain_ms``).

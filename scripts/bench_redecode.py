@@ -7,8 +7,7 @@ decides when the next one runs and what it decodes. So this records every decode
 replays the re-decodes (those with a previous hypothesis) one by one through the same engine, once
 per --variants value of k_steps, interleaved, --repeat rounds (order reversed every other round).
 Per variant: wall and process CPU seconds per round, and the decodes' target passes, rows drafted
-and accepted. Every
-variant must decode the same tokens (`same_tokens`; lossless).
+and accepted. Every variant must decode the same tokens (`same_tokens`; lossless).
 
     python scripts/bench_redecode.py --set conversations --clips delivery,meeting --repeat 6 \
         --out benchmarks/<machine>/bench_redecode.json
@@ -22,12 +21,10 @@ import dataclasses
 import statistics
 import sys
 import time
-from pathlib import Path
 
 
 def record(engine, clips: dict, options) -> list:
     """Every (encoded, request) a live run of each clip decodes, in order."""
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_streaming import simulate
 
     from specscribe.models.spec_engine import SpecEngine
@@ -60,7 +57,8 @@ def replay(engine, decodes: list, k_steps: str) -> tuple[float, float, list, dic
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     finally:
         spec_engine.hypothesis_spec_options = options_for
-    totals = {name: sum(getattr(r.stats, name) for r in results) for name in ("target_passes", "tokens", "drafted", "accepted")}
+    names = ("target_passes", "tokens", "drafted", "accepted")
+    totals = {name: sum(getattr(r.stats, name) for r in results) for name in names}
     return seconds, cpu, [r.tokens for r in results], totals
 
 
@@ -74,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="interleaved rounds")
     parser.add_argument("--out", default="-", help="JSON output path (default: stdout)")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_streaming import load_clips
 
     from specscribe.machine import cpu_times, machine_info, write_report
