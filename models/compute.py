@@ -13,8 +13,8 @@ of 14 evaluation clips (docs/benchmarks.md, "Machine of these figures: benchmark
 
 Why the decoder stays float32 under int8_float32 (and ``auto``): torch's dynamic int8 Linear
 quantizes its input with ONE scale for the whole (T, d) activation, so the logits of one row depend
-on the other rows of the pass. A speculative verify pass over k+1 tokens then gives different logits than k+1 single
-steps, and the output is no longer the target's own (measured: 6 of 36 decodes differed). A
+on the other rows of the pass. A speculative verify pass over k+1 tokens then gives different logits
+than k+1 single steps, and the output is no longer the target's own (measured: 6 of 36 decodes differed). A
 float32 decoder can be made row-independent (models/invariant.py), so speculation and batching
 stay lossless; the encoder runs once per window and keeps the int8 speed-up. ``int8`` (faster-whisper's name)
 puts the decoder's linears and output head on models/int8.py's RowInt8Linear as well: row-independent too, so

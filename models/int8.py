@@ -93,7 +93,4 @@ def quantize_decoder(decoder: nn.Module) -> nn.Module:
     """Swap a TextDecoder's linears (every layer's, and the output head: its own int8 copy of the tied
     token embedding, which stays float32) for RowInt8Linear, in place; returns the decoder. Rows stay
     independent, so passes stay batch-invariant and speculation lossless at this precision."""
-    quantize_linears(decoder.layers)
-    if type(decoder.proj) is nn.Linear:
-        decoder.proj = RowInt8Linear.from_linear(decoder.proj)
-    return decoder
+    return quantize_linears(decoder)
