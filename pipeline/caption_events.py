@@ -13,7 +13,8 @@ from specscribe.pipeline.types import CaptionEvent
 
 class CaptionEvents:
     """Attributes: finals (how many `final` events so far: the next one's id); text_language (the
-    language of the last final, which the next decode's prompt is in)."""
+    language of the last final, which the next decode's prompt is in); text_since (seconds: where the
+    finals in text_language began, after a change of language; 0 before any change)."""
 
     def __init__(self, lines: LineOptions, interim_results: bool, event: Callable[..., CaptionEvent],
                  on_final: Callable[[int, Sequence[Word]], None] | None = None) -> None:
@@ -23,6 +24,7 @@ class CaptionEvents:
         self._interim, self._event, self._on_final = interim_results, event, on_final
         self.finals = 0
         self.text_language: str | None = None
+        self.text_since = 0.0
         self._last_partial = ""
 
     def emit(self, update, end_s: float, language: str | None,
@@ -32,6 +34,8 @@ class CaptionEvents:
         line (LineBreaker.split); language: the decode's."""
         events: list[CaptionEvent] = []
         if update.committed:
+            if self.text_language is not None and language != self.text_language:
+                self.text_since = update.committed[0].start
             self.text_language = language
         for words in self._lines.split(update.committed, self.text_language):
             text = "".join(w.text for w in words).strip()

@@ -168,8 +168,9 @@ class StreamingPolicy(Protocol):
         """Audio up to `end` seconds is in the buffer."""
         ...
 
-    def window(self) -> tuple[float, str]:
-        """(start seconds of the span to decode, prompt text). The span ends at the last inserted audio."""
+    def window(self, since: float = 0.0) -> tuple[float, str]:
+        """(start seconds of the span to decode, prompt text). The span ends at the last inserted audio.
+        since: the prompt holds only committed words that start at or after it (seconds)."""
         ...
 
     def process(self, words: Sequence[Word]) -> PolicyUpdate:
@@ -213,9 +214,9 @@ class LocalAgreement:
     def insert_audio(self, end: float) -> None:
         self.audio_end = max(self.audio_end, end)
 
-    def window(self) -> tuple[float, str]:
+    def window(self, since: float = 0.0) -> tuple[float, str]:
         start = max(self.buffer_start, self.audio_end - 30.0)
-        before = [w for w in self.committed[-60:] if w.end <= self.buffer_start + 1e-6]
+        before = [w for w in self.committed[-60:] if since - 1e-6 <= w.start and w.end <= self.buffer_start + 1e-6]
         prompt = "".join(w.text for w in before)[-self.options.prompt_chars :]
         return start, prompt if prompt.strip() else ""
 

@@ -48,6 +48,7 @@ from specscribe.pipeline.vad import NoVad, SileroVad, VadEvent, VadOptions
 MIN_WINDOW = 1.0  # seconds: shorter windows are not decoded (Whisper guesses on them)
 MIN_WINDOW_SPEECH = 0.25  # seconds of VAD speech a window needs to be decoded (else it is silence)
 CONTEXT_GAP = 2.0  # seconds of silence after which the last utterance's audio stops being context
+LANGUAGE_MARGIN = 0.2  # seconds of audio kept before the first word in a new language (word starts are DTW's)
 
 
 def policy_options(options: StreamOptions) -> LocalAgreementOptions:
@@ -333,7 +334,14 @@ class StreamSession:
         )
 
     async def _update(self, final: bool, end: int, reset: bool = True) -> list[CaptionEvent]:
-        start_s, prompt = self._policy.window()
+        # after a change of language the prompt holds no text of the other one, which pulls the decode into it
+        # (German heard as "Where?" under an English prompt); once the new language is locked, neither does
+        # the context audio (before the lock, the change may be a first guess corrected, and the detector needs
+        # the audio)
+        since = self._captions.text_since
+        start_s, prompt = self._policy.window(since)
+        if self._tracker is None or self._tracker.state.locked:
+            start_s = max(start_s, since - LANGUAGE_MARGIN)
         if self._captions.text_language not in (None, self._decode_language()):
             prompt = ""  # text in another language would pull the decode into it (or into translating)
             start_s = self._own_start(start_s)  # and so would its audio (keep_context)

@@ -196,18 +196,29 @@ def translate_job(
 
     draft_text: a guess of the translation, verified as the previous-hypothesis draft (the spec
     engine; the output is the target's either way). For English speech it is the transcript.
+    A decode that comes back empty or looping (compression ratio) is tried once more without the
+    prompt, on the same encoded audio: the previous translation can pull Whisper's translate task into
+    a loop or an immediate end (a 10 s German span after a translation ending "part of the..."
+    came back empty), and the finals it covers would get no translation at all.
     """
 
     def job(tr: Transcriber) -> Generator[DecodeCall, WindowResult, Translation]:
         req = _with_text(tr, request, prompt, draft_text or None)
         encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
         result = yield DecodeCall(encoded, req)
-        text = result.text.strip()
-        if compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD:
-            text = ""
-        return Translation(text, tuple(result.tokens), result.stats)
+        text, stats = _translated(result), result.stats
+        if not text and req.prompt_tokens:
+            result = yield DecodeCall(encoded, _replace(req, prompt_tokens=()))
+            text, stats = _translated(result), stats + result.stats
+        return Translation(text, tuple(result.tokens), stats)
 
     return job
+
+
+def _translated(result: WindowResult) -> str:
+    """A translate decode's text, or "" for a repetition loop."""
+    text = result.text.strip()
+    return "" if compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD else text
 
 
 def _with_text(tr: Transcriber, request: DecodeRequest, prompt: str, draft_text: str | None) -> DecodeRequest:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -507,17 +508,25 @@ def test_the_language_locks_after_seconds_of_agreeing_speech_not_on_a_short_gues
     assert 0 < n < len(tr.requests)  # no detection pass once locked and the utterance checked
 
 
-def test_a_speaker_who_switches_language_is_followed_at_the_next_utterance():
-    script = make_script(12, start=0.5) + [(f"v{i}", s + 9.0, e + 9.0) for i, (_, s, e) in enumerate(make_script(10, start=0.5))]
+@pytest.mark.parametrize("shift", [9.0, 6.1])  # German from 9.5 s (a long pause) or 6.6 s (0.8 s after the English)
+def test_a_speaker_who_switches_language_is_followed_at_the_next_utterance(shift):
+    script = make_script(12, start=0.5) + [(f"v{i}", s + shift, e + shift) for i, (_, s, e) in enumerate(make_script(10, start=0.5))]
     audio = noise(15)
+    german_start = 0.5 + shift
     fake = FakeTranscriber(audio, script)
-    fake.heard = lambda off, dur: {"de": 0.96, "en": 0.04} if off + dur > 9.5 else {"en": 0.97, "de": 0.03}
-    intervals = [(0.5, 5.9), (9.5, 14.0)]
+    fake.heard = lambda off, dur: {"de": 0.96, "en": 0.04} if off + dur > german_start else {"en": 0.97, "de": 0.03}
+    intervals = [(0.5, 5.9), (german_start, german_start + 4.5)]
     events, tr = run_session(audio, script, StreamOptions(language=None), intervals=intervals, fake=fake)
     said = [(e.language, e.locked) for e in events if e.type == "language"]
     assert said == [("en", False), ("en", True), ("de", True)]  # under 4 s, then locked, then the switch
-    languages = {e.language for e in events if e.type == "final" and e.start < 8}, {e.language for e in events if e.type == "final" and e.start > 9}
-    assert languages == ({"en"}, {"de"})
+    finals = [e for e in events if e.type == "final"]
+    assert {e.language for e in finals if e.start < 6} == {"en"} and {e.language for e in finals if e.start > 6} == {"de"}
+    assert finals_text(events) == [w for w, _, _ in script]
+    # no German decode hears the English text as its prompt, nor the English speech as context
+    german = [(r, w) for r, w in zip(tr.requests, fake.windows) if r.language == "de"]
+    prompts = [fake.decode_tokens(r.prompt_tokens).split() for r, _ in german]
+    assert german and all(w.startswith("v") for p in prompts for w in p), prompts
+    assert min(off for _, (off, _) in german) >= 5.9, [w for _, w in german]
 
 
 def test_the_allow_list_keeps_detection_among_the_listed_languages():
@@ -575,6 +584,27 @@ def test_translation_follows_its_final():
             covered += e.text.split()
     assert covered == [w.upper() for w, _, _ in script]
     assert sum(1 for r in tr.requests if r.task == "translate") == 3
+
+
+class LoopingUnderPromptTranscriber(FakeTranscriber):
+    """Translates into a repetition loop whenever a prompt is given (Whisper pulled by the previous translation)."""
+
+    def decode(self, encoded, request):
+        result = super().decode(encoded, request)
+        if request.task != "translate" or not request.prompt_tokens:
+            return result
+        return dataclasses.replace(result, text=" to deliver," * 30)
+
+
+def test_a_translation_that_loops_under_its_prompt_is_decoded_again_without_it():
+    script = make_script(12, sentence_every=4)
+    audio = noise(7)
+    fake = LoopingUnderPromptTranscriber(audio, script)
+    events, tr = run_session(audio, script, StreamOptions(vad=False, translate=True), fake=fake)
+    covered = [w for e in events if e.type == "translation" for w in e.text.split()]
+    assert covered == [w.upper() for w, _, _ in script]  # every final translated, none lost to the loop
+    translate = [r for r in tr.requests if r.task == "translate"]
+    assert [bool(r.prompt_tokens) for r in translate] == [False, True, False, True, False]  # 2 retries
 
 
 @pytest.mark.parametrize("language,draft,drafted", [("en", True, True), ("de", True, False), ("en", False, False)])
