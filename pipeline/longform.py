@@ -9,7 +9,8 @@ Guards, as in openai/whisper and faster-whisper:
   under the compression threshold is kept;
 - no speech: no_speech_prob > 0.6 and avg_logprob < -1.0 => the window is silence, skipped;
 - conditioning: the previous windows' text is the next prompt, but it is reset after a decode
-  that needed a temperature above 0.5, which breaks repetition loops;
+  that needed a temperature above 0.5, which breaks repetition loops, and (``multilingual``) where
+  a window's language differs from that text's, which would pull the decode into it;
 - timestamps: window-relative times + the window's offset, clamped into the window, and made
   monotonic (never going backwards) across segments, words and windows;
 - beam search, best-of sampling and hotwords go into every window's request; with ``n_best`` each
@@ -228,6 +229,7 @@ def lane_program(
         for task in tasks:
             history[task] = list(transcriber.encode_text(" " + options.initial_prompt.strip()))
     reset_at: dict[Task, int] = {task: 0 for task in tasks}
+    text_language = plan.language  # the language of the transcribe history's text
     floors: dict[Task, float] = {task: windows[0].offset if windows else 0.0 for task in tasks}
     out: dict[Task, list[Segment]] = {task: [] for task in tasks}
     infos: list[WindowInfo] = []
@@ -247,6 +249,10 @@ def lane_program(
         language = plan.language
         if options.multilingual and not (index == 0 and depth == 0 and plan.first is not None):
             language, _ = transcriber.detect_language(encoded)  # mixed-language audio: per window
+        if language != text_language and "transcribe" in tasks:
+            # text in another language would pull this window's decode into it (German heard as English words)
+            reset_at["transcribe"] = len(history["transcribe"])
+        text_language = language
         for task in tasks:
             prompt: tuple[int, ...] = ()
             if options.condition_on_previous_text or (index, depth) == (first_index, 0):

@@ -142,6 +142,8 @@ def test_cli_multilingual_detects_each_window(tmp_path, clips_dir):
     assert {lang for german, lang in languages if german} == {"de"}
     german = " ".join(s["text"] for s in doc["segments"] if s["start"] >= GERMAN_START)
     assert "Software" in german and "die" in german.split()
+    # the English windows' text is no prompt for the German ones (it made base write "Software and the access-")
+    assert not {"and", "the", "access"} & {w.strip(".,-").lower() for w in german.split()}, german
     assert _transcribe(tmp_path, str(clips_dir / "jfk.flac"), "--multilingual", "--language", "en").returncode == 2
 
 

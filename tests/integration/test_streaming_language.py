@@ -73,6 +73,13 @@ def test_a_stream_that_switches_from_english_to_german_is_followed(engine, clips
     german = [f for f in finals if f.start > GERMAN_START - cut + 4]
     assert german and {f.language for f in german} == {"de"}
     assert "Software" in " ".join(f.text for f in german)
+    # after the switch no German is heard as English words (the English text as the prompt, or the English
+    # speech as context, made base write "access-rich documentation data" and skip 7 s), and none is skipped
+    after = [f for f in finals if f.start > GERMAN_START - cut - 1]
+    words = {w.strip(".,?!").lower() for f in after for w in f.text.split()}
+    assert not words & {"the", "and", "of", "who", "data", "where"}, [f.text for f in after]
+    gaps = [b.start - a.end for a, b in zip(after, after[1:])]
+    assert after[0].start < GERMAN_START - cut + 1.5 and max(gaps) < 3.0, [(f.start, f.end, f.text) for f in after]
 
 
 def test_english_speech_locks_english_and_never_guesses_another_language_for_good(engine, clips_dir):

@@ -243,6 +243,22 @@ def test_early_end_of_window_decodes_the_rest_again():
     assert times == sorted(times)
 
 
+def test_multilingual_conditioning_restarts_where_the_language_changes():
+    """With --multilingual, text in one language is no prompt for a window in another (it pulls the decode
+    into that language: German heard as English words), but it is for the next window in its own."""
+    fake = FakeTranscriber()
+    languages = {1: "en", 2: "de", 3: "de", 4: "en"}
+    fake.detect_language = lambda encoded: (languages[encoded.handle], 0.9)
+    tr = run(fake, [(0.0, 3.0), (10.0, 13.0), (20.0, 23.0), (30.0, 33.0)], 35.0, multilingual=True)
+    prompts = {handle: req.prompt_tokens for handle, req in fake.requests}
+    assert [req.language for _, req in fake.requests] == ["en", "de", "de", "en"]
+    assert prompts == {1: (), 2: (), 3: (100, 101), 4: ()}
+    assert [seg.language for seg in tr.segments] == ["en", "de", "de", "en"]
+    same = FakeTranscriber()  # one language throughout: every window conditioned on the text before it
+    run(same, [(0.0, 3.0), (10.0, 13.0), (20.0, 23.0)], 25.0, multilingual=True)
+    assert [req.prompt_tokens for _, req in same.requests] == [(), (100, 101), (100, 101, 100, 101)]
+
+
 def test_a_clause_cut_at_the_window_end_starts_the_lanes_next_window():
     # Whisper stopped at 18.5 s of a 20 s window: the 1.5 s rest joins the next window (one encoding
     # fewer than a decode of its own), conditioned on the text before it
