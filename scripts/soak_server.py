@@ -21,7 +21,7 @@ one more good stream and /healthz must succeed. Prints (and with --out writes) o
 unexpected answer to a chaos client, or a server that stopped serving.
 
     nice python scripts/soak_server.py --duration 1800 --out artifacts/soak_server.json
-    python scripts/soak_server.py --duration 60 --engine ct2            # the short version the tests run
+    python scripts/soak_server.py --duration 30 --warmup 10 --sample-interval 0.5 --engine ct2   # what the tests run
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ BENCHES = [
         ["--repeat", "1", "--threads", "2", "--clips", "jfk", "--rows", "1,4", "--seqs", "1,2", "--batches", "1,2",
          "--prompts", "4,20", "--compute-types", _auto_compute_type()],
     ),
-    ("bench_batch.py", ["--repeat", "1", "--no-physics", "--files", "2", "--batch-sizes", "2", "--beam", "2",
+    ("bench_batch.py", ["--repeat", "1", "--no-physics", "--files", "1", "--batch-sizes", "2", "--beam", "2",
                         "--variant", "shape8x4=--pass-rows 8 --query-block 4"]),
     ("bench_startup.py", ["--repeat", "1", "--cold", "0"]),
     ("bench_speculative.py", ["--repeat", "1", "--clips", "jfk"]),
@@ -40,7 +40,8 @@ BENCHES = [
     ("bench_encoder.py", ["--repeat", "1", "--windows", "6", "--batches", "1,2", "--packing", "--compute-type", "float32",
                           "--versus", "float32,int8_float32"]),
     ("eval_compute_types.py", ["--sides", "float32,int8_float32", "--clips", "jfk"]),
-    ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--files", "2", "--ray-sides", "ray1"]),
+    # local sides only: Ray costs ~25 s of start-up a run, and tests/integration/test_ray_batch.py runs it
+    ("bench_scaleout.py", ["--repeat", "1", "--no-physics", "--files", "2", "--ray-sides", ""]),
     ("bench_align.py", ["--repeat", "1", "--seconds", "4"]),
     ("bench_redecode.py", ["--set", "librivox", "--clips", "0870", "--repeat", "1"]),
 ]
@@ -84,7 +85,7 @@ def test_bench_batch_sections(tmp_path_factory):
     assert set(report["sides"]) == {"specscribe_b2", "fw_transcribe", "fw_batched", "specscribe_b2_beam2",
                                     "fw_transcribe_beam2", "specscribe_b2_shape8x4"}
     assert report["variants"] == {"specscribe_b2_shape8x4": ["--pass-rows", "8", "--query-block", "4"]}
-    assert [f["file"] for f in report["files"]] == ["jfk.flac", "sense_and_sensibility_01_austen_64kb-0870.wav"]  # --files 2
+    assert [f["file"] for f in report["files"]] == ["jfk.flac"]  # --files 1
     assert all(side["wall_s_median"] > 0 and side["wer_scored"] < 0.1 for side in report["sides"].values())
     assert report["beam"]["width"] == 2 and report["beam"]["speedup_over_fw_transcribe"] > 0
 
@@ -206,10 +207,10 @@ def test_bench_align_sections(tmp_path_factory):
 def test_bench_scaleout_sections(tmp_path_factory):
     script, args = next(b for b in BENCHES if b[0] == "bench_scaleout.py")
     report = run_bench(script, args, tmp_path_factory.mktemp("bench"))
-    assert set(report["sides"]) == {"local_small", "ray1_small", "local_full", "ray1_full"}
-    assert all(side["identical_text"] for side in report["sides"].values())  # Ray writes the local run's text
+    assert set(report["sides"]) == {"local_small", "local_full"}  # --ray-sides ""
+    assert all(side["wall_s_median"] > 0 for side in report["sides"].values())
     assert report["folders"]["full"]["files"] == 2 and report["folders"]["small"]["files"] == 1  # --files 2
-    assert set(report["ray_overhead"]) == {"ray1"}
+    assert report["ray_overhead"] == {}
 
 
 def test_bench_engines_sections_follow_the_device():
