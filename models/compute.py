@@ -29,7 +29,6 @@ two more of the 14 evaluation clips and sped batch up by 3 % only (the encoder d
 
 from __future__ import annotations
 
-import warnings
 
 import torch
 from threadpoolctl import threadpool_limits
@@ -109,7 +108,7 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
     if compute_type in ("int8", "int8_float32"):
         # A Whisper model's encoder gets one activation scale per row (models/int8.py), and under
         # "int8" its decoder too (the module docstring); other modules (a draft's own layers, which
-        # only propose) get torch's dynamic int8, one scale per tensor. Weights: one scale per
+        # only propose) get torch's dynamic int8, one scale per call (DynamicInt8Linear). Weights: one scale per
         # output channel, as CTranslate2's int8 (per-tensor weight scales made base stop early on
         # the German half of multilingual.mp3).
         if hasattr(model, "encoder"):
@@ -119,12 +118,9 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
             if compute_type == "int8":
                 quantize_decoder(model.decoder)
             return model
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        from specscribe.models.int8 import DynamicInt8Linear, quantize_linears
 
-        with warnings.catch_warnings():  # torch.ao's deprecation notice, not actionable for users
-            warnings.simplefilter("ignore")
-            quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
-        return model
+        return quantize_linears(model, DynamicInt8Linear)
     raise ValueError(f"unknown compute type {compute_type!r}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -126,3 +127,26 @@ def test_int8_quantizes_the_decoder_and_int8_float32_leaves_it_float32():
         want = plain.decoder.session(enc).forward([1, 2, 3, 4])
         got = full.decoder.session(enc).forward([1, 2, 3, 4])
     assert relative_error(got, want) < 0.05
+
+
+def test_a_drafts_int8_linears_give_torch_dynamic_int8_bit_for_bit():
+    """DynamicInt8Linear (one prepack) computes what torch.ao's quantize_dynamic module computed, bitwise:
+    drafts quantized either way propose the same tokens."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    from specscribe.models.compute import prepare_model
+    from specscribe.models.int8 import DynamicInt8Linear
+
+    torch.manual_seed(6)
+    layers = nn.ModuleList([nn.Linear(64, 96), nn.Linear(96, 64, bias=False), nn.Linear(64, 300)]).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = quantize_dynamic(copy.deepcopy(layers), {nn.Linear: per_channel_dynamic_qconfig},
+                                     dtype=torch.qint8)
+    ours = prepare_model(copy.deepcopy(layers), "int8_float32", "cpu")
+    assert all(type(m) is DynamicInt8Linear for m in ours)
+    loudness = torch.tensor([0.01, 1.0, 30.0, 1.0, 0.2, 3.0])[:, None]  # (6, 1): rows of mixed loudness
+    with torch.inference_mode():
+        for mine, theirs in zip(ours, reference):
+            x = (torch.randn(6, mine.in_features) * loudness).reshape(2, 3, mine.in_features)  # (2, 3, in)
+            assert torch.equal(mine(x), theirs(x))
