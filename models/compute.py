@@ -98,8 +98,9 @@ def set_threads(threads: int) -> None:
     threadpool_limits(1, user_api="blas")
 
 
-def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module:
-    """Move and convert a float32 model for compute_type (concrete, not "auto")."""
+def prepare_model(model: nn.Module, compute_type: str, device: str, int8_weights: dict | None = None) -> nn.Module:
+    """Move and convert a float32 model for compute_type (concrete, not "auto"). int8_weights: a Whisper model's
+    int8 linears quantized before (models/int8.py int8_tensors), for the int8 types; ValueError if they do not fit."""
     model = model.to(device)
     if compute_type == "float32":
         return model
@@ -114,9 +115,9 @@ def prepare_model(model: nn.Module, compute_type: str, device: str) -> nn.Module
         if hasattr(model, "encoder"):
             from specscribe.models.int8 import quantize_decoder, quantize_encoder
 
-            quantize_encoder(model.encoder)
+            quantize_encoder(model.encoder, int8_weights)
             if compute_type == "int8":
-                quantize_decoder(model.decoder)
+                quantize_decoder(model.decoder, int8_weights)
             return model
         from specscribe.models.int8 import DynamicInt8Linear, quantize_linears
 

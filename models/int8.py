@@ -33,6 +33,7 @@ Base's decoder pass, batch-invariant: 12.3 against 18.8 ms for one row, 66 again
 from __future__ import annotations
 
 import warnings
+from typing import Mapping
 
 import torch
 from torch import nn
@@ -44,15 +45,22 @@ class RowInt8Linear(nn.Module):
     """A frozen nn.Linear (inference only) on int8 weights, one scale per output channel (7 bits, see
     the module docstring), and 8-bit activations, one scale per input row."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, scale: torch.Tensor | None = None):
+        """weight: float (out, in), quantized here; or, with scale (out,) float64, int8 (out, in) weights that
+        were quantized before (`quantized()`, kept in the weight cache); ValueError when they do not fit."""
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        w = weight.detach().float()
-        scale = (w.abs().amax(1) / WEIGHT_LEVELS).clamp_min(1e-12).double()  # (out,)
         zero = torch.zeros(self.out_features, dtype=torch.long)
         with warnings.catch_warnings():  # torch.ao's quantized-tensor deprecation notice, not actionable
             warnings.simplefilter("ignore")
-            q = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+            if scale is None:
+                w = weight.detach().float()
+                scale = (w.abs().amax(1) / WEIGHT_LEVELS).clamp_min(1e-12).double()  # (out,)
+                q = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+            elif weight.dtype != torch.int8 or scale.shape != (self.out_features,):
+                raise ValueError(f"int8 weights {weight.dtype} {tuple(weight.shape)}, scales {tuple(scale.shape)}")
+            else:
+                q = torch._make_per_channel_quantized_tensor(weight, scale.double(), zero, 0)
             self._packed = torch.ops.quantized.linear_prepack(q, None)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone(), persistent=False)
         guard = torch.ones(2, self.in_features)
@@ -62,6 +70,11 @@ class RowInt8Linear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "RowInt8Linear":
         return cls(linear.weight, linear.bias)
+
+    def quantized(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(int8 weights (out, in), their scales (out,) float64): what __init__ rebuilds this layer from."""
+        q, _ = torch.ops.quantized.linear_unpack(self._packed)
+        return q.int_repr(), q.q_per_channel_scales().double()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         rows = x.reshape(-1, self.in_features).float()  # (R, in)
@@ -103,24 +116,47 @@ class DynamicInt8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}"
 
 
-def quantize_linears(module: nn.Module, kind: type[nn.Module] = RowInt8Linear) -> nn.Module:
+def quantize_linears(module: nn.Module, kind: type[nn.Module] = RowInt8Linear, stored: Mapping[str, torch.Tensor] | None = None,
+                     prefix: str = "") -> nn.Module:
     """Swap every nn.Linear inside module for kind (RowInt8Linear or DynamicInt8Linear), in place; returns
-    module."""
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
-                setattr(parent, name, kind(child.weight, child.bias))
+    module. stored: RowInt8Linear weights quantized before, as int8_tensors gives them (names with prefix, the
+    module's own name in the model); ValueError, with module unchanged, if one is missing or does not fit."""
+    linears = [(parent, name, prefix + (f"{parent_name}.{name}" if parent_name else name), child)
+               for parent_name, parent in module.named_modules() for name, child in parent.named_children()
+               if type(child) is nn.Linear]
+    if stored is None:
+        new = [kind(child.weight, child.bias) for _, _, _, child in linears]
+    else:
+        for _, _, key, child in linears:
+            q, scale = stored.get(f"{key}.qweight"), stored.get(f"{key}.qscale")
+            if q is None or scale is None or q.dtype != torch.int8 or q.shape != child.weight.shape:
+                raise ValueError(f"no int8 weights stored for {key} {tuple(child.weight.shape)}")
+        new = [RowInt8Linear(stored[f"{key}.qweight"], child.bias, stored[f"{key}.qscale"]) for _, _, key, child in linears]
+    for (parent, name, _, _), layer in zip(linears, new):
+        setattr(parent, name, layer)
     return module
 
 
-def quantize_encoder(encoder: nn.Module) -> nn.Module:
+def int8_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``<name>.qweight`` (out, in) int8 and ``<name>.qscale`` (out,) float64 of every RowInt8Linear in model
+    (names as model.named_modules() gives them): quantize_encoder / quantize_decoder rebuild the same layers
+    from them without quantizing again (models/weight_cache.py keeps them in a file)."""
+    out = {}
+    for name, module in model.named_modules():
+        if isinstance(module, RowInt8Linear):
+            out[f"{name}.qweight"], out[f"{name}.qscale"] = module.quantized()
+    return out
+
+
+def quantize_encoder(encoder: nn.Module, stored: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     """Swap every nn.Linear of an AudioEncoder (``qkv``, ``out``, ``mlp.fc1``, ``mlp.fc2``) for RowInt8Linear,
-    in place; returns the encoder."""
-    return quantize_linears(encoder)
+    in place; returns the encoder. stored: its int8 weights from int8_tensors(model) (quantize_linears)."""
+    return quantize_linears(encoder, stored=stored, prefix="encoder.")
 
 
-def quantize_decoder(decoder: nn.Module) -> nn.Module:
+def quantize_decoder(decoder: nn.Module, stored: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
     """Swap a TextDecoder's linears (every layer's, and the output head: its own int8 copy of the tied
     token embedding, which stays float32) for RowInt8Linear, in place; returns the decoder. Rows stay
-    independent, so passes stay batch-invariant and speculation lossless at this precision."""
-    return quantize_linears(decoder)
+    independent, so passes stay batch-invariant and speculation lossless at this precision. stored: as
+    quantize_encoder's."""
+    return quantize_linears(decoder, stored=stored, prefix="decoder.")

@@ -2,8 +2,10 @@
 
 The first load per (model, stored dtype) reads model.bin (models/weights.py), converts it and
 writes the state dict as ``<cache_dir>/<model>-<dtype>.safetensors``; later loads map that file
-(no copy) into a model built on the meta device. The int8 compute types store float32 weights
-and quantize at load (prepare_model). The metadata names the source model.bin (sha256, size,
+(no copy) into a model built on the meta device. The int8 compute types read the float32 file and
+keep their int8 linears in a second file, ``<model>-<compute type>.safetensors`` (int8 weights and
+their scales, models/int8.py int8_tensors): quantizing base's encoder took about 0.1 s of each start-up
+(prepacking them for fbgemm is still done at load). The metadata names the source model.bin (sha256, size,
 mtime_ns): a catalogue model is checked against the catalogue's sha256 without hashing, a user
 folder's model.bin is re-hashed only when its size or mtime changed. A missing, stale, truncated
 or unreadable file is rebuilt (debug log); writes go through a temp file and os.replace, and an
@@ -38,7 +40,7 @@ from specscribe.models.whisper import WhisperModel
 log = logging.getLogger(__name__)
 
 FORMAT = "specscribe-weight-cache/1"
-STORED_DTYPE = {  # compute type -> dtype of the cached weights (int8: float32, quantized at load)
+STORED_DTYPE = {  # compute type -> dtype of the cached weights (int8: float32, and the int8 linears in a file of their own)
     "float32": "float32", "int8": "float32", "int8_float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
 }  # fmt: skip
 TIED = "decoder.proj.weight"  # the output head: the token embedding's tensor, not stored twice
@@ -108,14 +110,13 @@ class WeightCache:
             return None
         return CachedWeights(source, dims, tensors)
 
-    def write(self, model: WhisperModel, source: SourceStamp) -> None:
-        """Store model's state dict (in self.dtype) atomically; a failed write only logs."""
+    def write(self, tensors: dict[str, torch.Tensor], dims: WhisperDims, source: SourceStamp) -> None:
+        """Store tensors (a state dict in self.dtype, or int8_tensors' output) atomically; a failed write only logs."""
         from safetensors import SafetensorError
         from safetensors.torch import save_file
 
-        tensors = {k: v for k, v in model.state_dict().items() if k != TIED}
         meta = {
-            "format": FORMAT, "dtype": self.dtype, "dims": json.dumps(dataclasses.asdict(model.dims)),
+            "format": FORMAT, "dtype": self.dtype, "dims": json.dumps(dataclasses.asdict(dims)),
             "source_sha256": source.sha256, "source_size": str(source.size), "source_mtime_ns": str(source.mtime_ns),
         }  # fmt: skip
         tmp = None
@@ -217,6 +218,10 @@ def load_whisper_model(
     catalogue_sha = entry.sha256 if entry is not None and entry.size == stat.st_size else None
     name = cache_file_name(Path(folder), model_name, catalogue_sha is not None, dtype_name)
     cache = WeightCache(Path(cache_dir if cache_dir is not None else specscribe_home() / "cache") / name, dtype_name)
+    int8 = None  # the int8 linears' own file, under the int8 compute types
+    if compute_type in ("int8", "int8_float32"):
+        int8 = WeightCache(cache.path.with_name(cache_file_name(Path(folder), model_name, catalogue_sha is not None,
+                                                                compute_type)), compute_type)
 
     cached, current = cache.read(), None
     if cached is not None:
@@ -232,9 +237,33 @@ def load_whisper_model(
             log.debug("weight cache %s is stale or does not fit (%s); rebuilding it", cache.path, exc)
         else:
             if current != cached.source:  # same bytes, new mtime: record it
-                cache.write(model, current)
-            return prepare_model(model, compute_type, device), cached.dims
+                cache.write(state_tensors(model), cached.dims, current)
+            return prepare_cached(model, compute_type, device, int8, current), cached.dims
     current = current or SourceStamp(catalogue_sha or sha256_file(bin_path), stat.st_size, stat.st_mtime_ns)
     model, dims = convert_model_bin(bin_path, dtype)
-    cache.write(model, current)
-    return prepare_model(model, compute_type, device), dims
+    cache.write(state_tensors(model), dims, current)
+    return prepare_cached(model, compute_type, device, int8, current), dims
+
+
+def state_tensors(model: WhisperModel) -> dict[str, torch.Tensor]:
+    """What the weight file of a model holds: its state dict, the tied head left out."""
+    return {k: v for k, v in model.state_dict().items() if k != TIED}
+
+
+def prepare_cached(model: WhisperModel, compute_type: str, device: str, int8: WeightCache | None,
+                   source: SourceStamp) -> WhisperModel:
+    """prepare_model; with int8 (the int8 compute types' file), the int8 linears come from it when it was made
+    from the same model.bin, else they are quantized here and the file is (re)written."""
+    if int8 is None or device != "cpu":
+        return prepare_model(model, compute_type, device)
+    from specscribe.models.int8 import int8_tensors
+
+    stored = int8.read()
+    if stored is not None and stored.source.sha256 == source.sha256:
+        try:
+            return prepare_model(model, compute_type, device, int8_weights=stored.tensors)
+        except ValueError as exc:
+            log.debug("int8 weight cache %s does not fit (%s); rebuilding it", int8.path, exc)
+    model = prepare_model(model, compute_type, device)  # what a partial load above swapped already stays swapped
+    int8.write(int8_tensors(model), model.dims, source)
+    return model

@@ -1,6 +1,7 @@
 """The converted-weight cache on the real base model: a model mapped from the cache gives bitwise
-the encoder output and decoder logits of a model converted from model.bin, in float32 and
-bfloat16; the spec engine loads through the cache and still loads the shipped draft."""
+the encoder output and decoder logits of a model converted from model.bin, in float32, bfloat16 and
+int8_float32 (whose int8 encoder linears come from a file of their own); the spec engine loads through the
+cache and still loads the shipped draft."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def _outputs(model, mel, tokens) -> tuple[torch.Tensor, torch.Tensor]:
     return enc, model.decoder.session(enc).forward(tokens)  # (T, 51865) float32
 
 
-@pytest.mark.parametrize("compute_type", ["float32", "bfloat16"])
+@pytest.mark.parametrize("compute_type", ["float32", "bfloat16", "int8_float32"])
 def test_cached_model_is_bitwise_the_converted_one(base_model_dir, inputs, tmp_path, compute_type):
     from specscribe.models.compute import prepare_model
     from specscribe.models.weight_cache import load_whisper_model
@@ -41,11 +42,12 @@ def test_cached_model_is_bitwise_the_converted_one(base_model_dir, inputs, tmp_p
     want = _outputs(plain, mel, tokens)
     del plain
     load_whisper_model(base_model_dir, compute_type, "cpu", "base", cache_dir=tmp_path)  # writes the cache
-    assert [p.name for p in tmp_path.iterdir()] == [f"base-{compute_type}.safetensors"]
+    files = {"int8_float32": ["base-float32.safetensors", "base-int8_float32.safetensors"]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == files.get(compute_type, [f"base-{compute_type}.safetensors"])
     model, dims = load_whisper_model(base_model_dir, compute_type, "cpu", "base", cache_dir=tmp_path)  # maps it
     assert (dims.n_mels, dims.n_vocab, dims.n_text_layer) == (80, 51865, 6)
     assert model.decoder.proj.weight is model.decoder.token_embedding.weight
-    assert model.decoder.token_embedding.weight.dtype == getattr(torch, compute_type)
+    assert model.decoder.token_embedding.weight.dtype == getattr(torch, compute_type.replace("int8_", ""))
     got = _outputs(model, mel, tokens)
     assert torch.equal(got[0], want[0]), "encoder output differs"
     assert torch.equal(got[1], want[1]), "decoder logits differ"

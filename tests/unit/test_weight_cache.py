@@ -70,10 +70,11 @@ def test_written_once_then_reused(folder, tmp_path, counts):
     again, dims2 = load(folder, cache_dir)
     assert counts == {"read": 1, "hash": 1} and (cache_dir / name).stat().st_mtime_ns == stamp
     assert dims2 == dims == model.dims == again.dims
-    # bfloat16 has its own file; the int8 types share the float32 one
+    # bfloat16 has its own file; the int8 types share the float32 one, and keep their int8 linears in their own
     load(folder, cache_dir, "bfloat16")
     load(folder, cache_dir, "int8_float32")
-    assert counts["read"] == 2 and len(cache_files(cache_dir)) == 2
+    assert counts["read"] == 2 and len(cache_files(cache_dir)) == 3
+    assert cache_files(cache_dir)[2].endswith("-int8_float32.safetensors")
 
 
 @pytest.mark.parametrize("compute_type", ["float32", "bfloat16", "int8_float32", "int8"])
@@ -168,6 +169,45 @@ def test_damaged_cache_is_rebuilt(folder, tmp_path, counts, damage):
     assert all(torch.equal(g, w) for g, w in zip(outputs(model), want))
     load(folder, cache_dir)
     assert counts["read"] == 2  # the rebuilt file is good
+
+
+@pytest.mark.parametrize("compute_type", ["int8_float32", "int8"])
+def test_int8_linears_come_from_their_file_not_quantized_again(folder, tmp_path, monkeypatch, compute_type):
+    from specscribe.models import int8
+
+    cache_dir = tmp_path / "cache"
+    want = outputs(load(folder, cache_dir, compute_type)[0])  # quantizes, writes the int8 file
+    quantized = []
+    original = torch.quantize_per_channel
+    monkeypatch.setattr(torch, "quantize_per_channel", lambda *a, **k: quantized.append(1) or original(*a, **k))
+    model, _ = load(folder, cache_dir, compute_type)
+    assert quantized == [] and all(torch.equal(g, w) for g, w in zip(outputs(model), want))
+    assert any(isinstance(m, int8.RowInt8Linear) for m in model.decoder.modules()) == (compute_type == "int8")
+
+
+@pytest.mark.parametrize("damage", ["made from another model.bin", "a layer missing", "truncated"])
+def test_a_stale_or_damaged_int8_file_is_rebuilt(folder, tmp_path, damage):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    cache_dir = tmp_path / "cache"
+    want = outputs(load(folder, cache_dir, "int8")[0])
+    (path,) = [p for p in cache_dir.iterdir() if p.name.endswith("-int8.safetensors")]
+    with safe_open(str(path), framework="pt") as fh:
+        meta, tensors = fh.metadata(), {k: fh.get_tensor(k).clone() for k in fh.keys()}
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:1000])
+    else:
+        if damage == "a layer missing":
+            del tensors["decoder.proj.qweight"]
+        else:
+            meta["source_sha256"] = "0" * 64
+            tensors = {k: torch.zeros_like(v) if k.endswith("qweight") else v for k, v in tensors.items()}
+        save_file(tensors, str(path), metadata=meta)
+    model, _ = load(folder, cache_dir, "int8")
+    assert all(torch.equal(g, w) for g, w in zip(outputs(model), want))
+    with safe_open(str(path), framework="pt") as fh:  # written again, whole, for this model.bin
+        assert "decoder.proj.qweight" in fh.keys() and fh.metadata()["source_sha256"] != "0" * 64
 
 
 def test_unwritable_cache_folder_loads_without_cache(folder, tmp_path, counts):
