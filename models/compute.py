@@ -29,7 +29,6 @@ two more of the 14 evaluation clips and sped batch up by 3 % only (the encoder d
 
 from __future__ import annotations
 
-
 import torch
 from threadpoolctl import threadpool_limits
 from torch import nn
