@@ -1,6 +1,6 @@
 """Beam search, n-best, per-window language and hotwords on the real base model and clips.
 
-- Beams are lossless at the compute type `auto` picks (and in float32): a window's beam search in a
+- Beams are lossless at the compute type `auto` picks (and in float32 where its decoder is not): a window's beam search in a
   batch with other decodes gives the tokens it gives alone, and both equal a reference beam search
   that computes every hypothesis' logits from its own prefix in a fresh session (no forks, no
   shared passes; tests/unit/test_beam.py ``reference_beam``, CTranslate2's rules).
