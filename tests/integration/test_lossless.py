@@ -1,6 +1,6 @@
 """Speculative decoding is lossless on real clips: at the compute type `auto` picks on this CPU
 (bfloat16 with AVX512-BF16/AMX, int8_float32 on other x86, float32 elsewhere) on every clip, in float32 on
-two and in int8 (decoder in int8 too) on two, for every drafter (a
+two where that type's decoder is not float32, and in int8 (decoder in int8 too) on two, for every drafter (a
 deliberately random one and the feature drafter on the target's hidden states included), the tokens equal the target's own reference loop
 (models/decoding.generate), with and without timestamps, in the transcribe and translate tasks.
 Exact tokens, not a tolerance: the target's passes are batch-invariant (models/invariant.py).
