@@ -97,6 +97,12 @@ def set_threads(threads: int) -> None:
     threadpool_limits(1, user_api="blas")
 
 
+def decoder_dtype(compute_type: str) -> str:
+    """What a concrete compute type's decoder, where the target's passes run, computes in: ``int8_float32``'s is
+    float32 (only its encoder is int8), every other type's is the type itself."""
+    return "float32" if compute_type == "int8_float32" else compute_type
+
+
 def prepare_model(model: nn.Module, compute_type: str, device: str, int8_weights: dict | None = None) -> nn.Module:
     """Move and convert a float32 model for compute_type (concrete, not "auto"). int8_weights: a Whisper model's
     int8 linears quantized before (models/int8.py int8_tensors), for the int8 types; ValueError if they do not fit."""

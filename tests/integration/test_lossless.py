@@ -44,9 +44,11 @@ def _int8_cases() -> list[tuple[str, str]]:
 
 def _cases() -> list[tuple[str, str]]:
     """(compute type, clip): every clip at the default, FLOAT32_CLIPS in float32, two in int8."""
+    from specscribe.models.compute import decoder_dtype
+
     default = _default_compute_type()
     cases = [(default, name) for name in CLIP_NAMES]
-    cases += [("float32", name) for name in FLOAT32_CLIPS] if default not in ("float32", "int8_float32") else []
+    cases += [("float32", name) for name in FLOAT32_CLIPS] if decoder_dtype(default) != "float32" else []
     return cases + [c for c in _int8_cases() if c[0] != default]
 
 

@@ -105,7 +105,7 @@ def test_quantize_encoder_swaps_every_linear():
 
 
 def test_int8_quantizes_the_decoder_and_int8_float32_leaves_it_float32():
-    from specscribe.models.compute import prepare_model
+    from specscribe.models.compute import decoder_dtype, prepare_model
     from specscribe.models.weights import WhisperDims
     from specscribe.models.whisper import WhisperModel
 
@@ -122,6 +122,7 @@ def test_int8_quantizes_the_decoder_and_int8_float32_leaves_it_float32():
     assert full.decoder.token_embedding.weight.dtype == torch.float32  # the head's int8 copy is its own
     assert type(encoder_only.decoder.proj) is nn.Linear
     assert any(type(m) is nn.Linear for m in encoder_only.decoder.layers.modules())
+    assert (decoder_dtype("int8_float32"), decoder_dtype("int8")) == ("float32", "int8")  # what the tests rely on
     enc = torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
         want = plain.decoder.session(enc).forward([1, 2, 3, 4])
