@@ -36,6 +36,7 @@ from torch import nn
 from specscribe.machine import cpu_flags, flags_say_fast_bf16
 
 COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32")
+INT8_TYPES = ("int8", "int8_float32")  # the compute types whose layers run on int8 weights (models/int8.py)
 
 
 def cpu_has_fast_bf16(flags: set[str] | None = None) -> bool:
@@ -111,7 +112,7 @@ def prepare_model(model: nn.Module, compute_type: str, device: str, int8_weights
         return model
     if compute_type in ("bfloat16", "float16"):
         return model.to(getattr(torch, compute_type))
-    if compute_type in ("int8", "int8_float32"):
+    if compute_type in INT8_TYPES:
         # A Whisper model's encoder gets one activation scale per row (models/int8.py), and under
         # "int8" its decoder too (the module docstring); other modules (a draft's own layers, which
         # only propose) get torch's dynamic int8, one scale per call (DynamicInt8Linear). Weights: one scale per

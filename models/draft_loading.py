@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specscribe.models.compute import INT8_TYPES, pack_decoder
 from specscribe.models.draft import DraftDecoder
 from specscribe.models.whisper import TextDecoder
 
@@ -64,10 +65,8 @@ def load_draft_decoder(
 def prepare_draft(draft: DraftDecoder, compute_type: str) -> DraftDecoder:
     """Ready a loaded (or adapted) draft for inference: int8 under the int8 compute types, else
     oneDNN-prepacked weights for its one-token steps (a plain, not batch-invariant, decoder)."""
-    if compute_type in ("int8", "int8_float32"):
+    if compute_type in INT8_TYPES:
         draft.quantize_int8()
     else:
-        from specscribe.models.compute import pack_decoder
-
         pack_decoder(draft.decoder, 1)
     return draft

@@ -32,7 +32,7 @@ from typing import Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 
-from specscribe.models.compute import prepare_model
+from specscribe.models.compute import INT8_TYPES, prepare_model
 from specscribe.models.errors import ModelError
 from specscribe.models.weights import WhisperDims, read_model_bin
 from specscribe.models.whisper import WhisperModel
@@ -219,7 +219,7 @@ def load_whisper_model(
     name = cache_file_name(Path(folder), model_name, catalogue_sha is not None, dtype_name)
     cache = WeightCache(Path(cache_dir if cache_dir is not None else specscribe_home() / "cache") / name, dtype_name)
     int8 = None  # the int8 linears' own file, under the int8 compute types
-    if compute_type in ("int8", "int8_float32"):
+    if compute_type in INT8_TYPES:
         int8 = WeightCache(cache.path.with_name(cache_file_name(Path(folder), model_name, catalogue_sha is not None,
                                                                 compute_type)), compute_type)
 

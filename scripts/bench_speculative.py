@@ -88,13 +88,14 @@ def full_head_twin(engine, draft):
     the int8 compute types), to measure what the reduced head saves and costs; None without one."""
     import torch
 
+    from specscribe.models.compute import INT8_TYPES
     from specscribe.models.draft import DraftDecoder
 
     if draft is None or draft.vocab_ids is None or draft.is_feature:
         return None
     twin = DraftDecoder(engine.model.decoder, list(draft.decoder.layers), draft.sources, torch.arange(engine.dims.n_vocab))
     twin.shared_cross_kv = draft.shared_cross_kv
-    if engine.compute_type in ("int8", "int8_float32"):
+    if engine.compute_type in INT8_TYPES:
         twin.quantize_int8()  # its layers are the draft's, quantized already: only the head changes
     return twin
 
