@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import logging
 import time
 from typing import Callable
 
@@ -49,6 +50,13 @@ MIN_WINDOW = 1.0  # seconds: shorter windows are not decoded (Whisper guesses on
 MIN_WINDOW_SPEECH = 0.25  # seconds of VAD speech a window needs to be decoded (else it is silence)
 CONTEXT_GAP = 2.0  # seconds of silence after which the last utterance's audio stops being context
 LANGUAGE_MARGIN = 0.2  # seconds of audio kept before the first word in a new language (word starts are DTW's)
+
+log = logging.getLogger(__name__)  # DEBUG (`specscribe -v serve`): every decode's window, words and commits
+
+
+def _timed(words) -> str:
+    """Words as text@start-end, for the debug log."""
+    return "|".join(f"{w.text.strip()}@{w.start:.2f}-{w.end:.2f}" for w in words)
 
 
 def policy_options(options: StreamOptions) -> LocalAgreementOptions:
@@ -400,6 +408,11 @@ class StreamSession:
             else:
                 update = self._end(hyp.words, reset) if final else self._policy.process(hyp.words)
                 self._set_draft(hyp, start_s, update.buffer_start)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s [%.2f, %.2f) prompt=%r words=%s committed=%s partial=%s", self.session_id,
+                      "final" if final else "update", start / SAMPLE_RATE, end / SAMPLE_RATE, prompt[-40:],
+                      _timed(hyp.words if hyp is not None else ()), _timed(update.committed if update else ()),
+                      _timed(update.partial if update else ()))
         if update is None:
             return heard
         alternatives = None  # a final's n-best texts, from its span of this decode's hypotheses

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -69,7 +70,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="decodes of all sessions that share one target pass at most; 1 decodes them one by one (default: %(default)s)")
     s = p.add_argument_group("streaming")
     add_streaming_args(s)
-    s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    s.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                   help="the server's and specscribe's own log; debug adds a line per decode of every session "
+                   "(its window, words and commits) (default: %(default)s)")
     p.set_defaults(func=run)
 
 
@@ -90,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         return _fail("--port must be 0 ... 65535")
+    if not getattr(args, "verbose", False):  # -v: everything at DEBUG already
+        logging.getLogger("specscribe").setLevel(args.log_level.upper())
     defaulted = args.max_clients is None
     if defaulted:
         args.max_clients = default_max_clients(args.model_device)

@@ -3,6 +3,9 @@ real `specscribe serve` (its defaults: the spec engine, base model), and the fin
 JFK's words: base gets all 22 right, so one wrong word fails. The English translation lines may have 2
 wrong words (measured: 2 on spec, "America is" for "Americans ask"; see tests/integration/test_server.py).
 
+The server logs at debug (artifacts/browser-server.log): a line per decode, with its window, words and
+commits; a failed word check shows the page's decode lines, so that a wrong word can be traced to its decode.
+
 Needs Debian's chromium + chromium-driver (make test installs them) and selenium. Screenshots go to
 artifacts/ (gitignored).
 """
@@ -60,7 +63,7 @@ def jfk_wav(tmp_path_factory, clips_dir) -> Path:
 def server_url(base_model_dir, tmp_path_factory):
     """`specscribe serve` in a subprocess on a free port; yields the page URL. Its log: artifacts/browser-server.log."""
     cmd = [sys.executable, "-m", "specscribe", "serve", "--port", "0", "--max-clients", "2",
-           "--log-level", "info", "--update-interval", "1.0", "--max-backlog-seconds", "300",  # patient on a busy CI
+           "--log-level", "debug", "--update-interval", "1.0", "--max-backlog-seconds", "300",  # patient on a busy CI
            "--drain-timeout", "0"]  # stopped with SIGTERM: no waiting for a page's open session
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "browser-server.log", "w")
@@ -109,6 +112,8 @@ def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
+    log = ARTIFACTS / "browser-server.log"
+    log_from = log.stat().st_size if log.exists() else 0
     driver = _browser(wav, profile)
     try:
         driver.get(url + query)
@@ -165,9 +170,19 @@ def _run_page(url: str, wav: Path, profile: Path, *, translate: bool, query: str
                        "finals": [f.text for f in e.find_elements(By.CSS_SELECTOR, ".final")]}
                       for e in driver.find_elements(By.CSS_SELECTOR, "#transcript .line")],
         }
+        result["decodes"] = _decodes(log, log_from)
     finally:
         driver.quit()
     return result
+
+
+def _decodes(log: Path, since: int) -> str:
+    """The server's decode lines (window, words, commits: --log-level debug) logged since byte `since`, so that a
+    wrong word in the finals can be traced to the decode that made it."""
+    with open(log, "rb") as f:
+        f.seek(since)
+        lines = f.read().decode(errors="replace").splitlines()
+    return "\n".join(line.split("session: ", 1)[1] for line in lines if "pipeline.session: " in line)
 
 
 def _strip_time(line: str) -> str:
@@ -181,7 +196,7 @@ def test_page_captions_jfk_in_real_chromium(server_url, jfk_wav, tmp_path, trans
     query = "" if translate else "?rate=native"
     result = _run_page(server_url, jfk_wav, tmp_path / "profile", translate=translate, query=query)
     text = " ".join(_strip_time(f) for f in result["finals"])
-    assert _wrong_words(text) == 0, text
+    assert _wrong_words(text) == 0, f"{text}\n{result['decodes']}"
     assert result["first_final_before"] == result["first_final_after"]  # finals never change once shown
     assert result["error_hidden"] and result["live_region"] == "polite"
     assert result["srt"].startswith("1\n00:00:0") and " --> " in result["srt"]
@@ -215,7 +230,7 @@ def german_wav(tmp_path_factory, clips_dir) -> Path:
 def test_detect_automatically_gives_english_captions_for_english_speech(server_url, jfk_wav, tmp_path):
     result = _run_page(server_url, jfk_wav, tmp_path / "profile", translate=False, language="auto")
     text = " ".join(_strip_time(f) for f in result["finals"])
-    assert _wrong_words(text) == 0, text
+    assert _wrong_words(text) == 0, f"{text}\n{result['decodes']}"
     assert result["detected"] == "en" and result["detected_text"] == "Detected: English", result
     assert set(result["final_langs"]) == {"en"}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import logging
 
 import numpy as np
 import pytest
@@ -257,6 +258,16 @@ def test_all_words_committed_once_in_order():
             assert e.words[0].start >= last_end - 0.1
             assert "~" not in "".join(finals_text([e]))
     assert not any("~" in t for t in finals_text(events))
+
+
+def test_every_decode_is_logged_at_debug_with_its_window_words_and_commits(caplog):
+    script = make_script(12)
+    with caplog.at_level(logging.DEBUG, logger="specscribe.pipeline.session"):
+        events, _ = run_session(noise(6), script, StreamOptions(vad=False))
+    lines = [r.getMessage() for r in caplog.records if r.name == "specscribe.pipeline.session"]
+    assert any(" update [" in line for line in lines) and " final [" in lines[-1], lines
+    committed = [w.split("@")[0] for line in lines for w in line.split(" committed=")[1].split(" partial=")[0].split("|") if w]
+    assert committed == finals_text(events)  # each final word logged once, with the decode that committed it
 
 
 def test_finals_come_soon_after_the_words_and_latency_stays_flat():
