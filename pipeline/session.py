@@ -348,15 +348,22 @@ class StreamSession:
         # the audio)
         since = self._captions.text_since
         start_s, prompt = self._policy.window(since)
+        detect_s = 0.0  # seconds: where the audio the language detector hears starts (0: the window's start)
         if self._tracker is None or self._tracker.state.locked:
             start_s = max(start_s, since - LANGUAGE_MARGIN)
         if self._captions.text_language not in (None, self._decode_language()):
             prompt = ""  # text in another language would pull the decode into it (or into translating)
             start_s = self._own_start(start_s)  # and so would its audio (keep_context)
-        elif (self._tracker is not None and self._tracker.needs_detection) or not self.scheduler.load.keep_context:
-            # the detector hears this utterance, not the context before it; under load (pipeline/load.py)
-            # no context is re-decoded
+        elif not self.scheduler.load.keep_context:  # under load (pipeline/load.py) no context is re-decoded
             start_s = self._own_start(start_s)
+        elif self._tracker is not None and self._tracker.needs_detection:
+            # the detector hears this utterance, not the context before it (in the old language, it would hold
+            # a switch back); the decode keeps the context (options.detect_apart), as with a given language
+            own_s = self._own_start(start_s)
+            if self.options.detect_apart:
+                detect_s = own_s
+            else:
+                start_s = own_s
         start = max(int(round(start_s * SAMPLE_RATE)), self._ring.start)
         self._last_update = end
         hyp: Hypothesis | None = None
@@ -379,7 +386,8 @@ class StreamSession:
             frames = self._vad.speech_frames(start, end) if self.options.continue_skipped else None
             speech = None if frames is None else (frames - start) / SAMPLE_RATE  # (m,) seconds into the window
             job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text,
-                                 self.options.encoder_pad, detect, self.options.languages, speech)
+                                 self.options.encoder_pad, detect, self.options.languages, speech,
+                                 max(detect_s - start / SAMPLE_RATE, 0.0))
             priority = Priority.FINAL if final else Priority.UPDATE
             self._updating = not final
             submitted = self._clock()

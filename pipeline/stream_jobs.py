@@ -94,6 +94,7 @@ def transcribe_job(
     detect: bool = False,
     allowed: tuple[str, ...] = (),
     speech: np.ndarray | None = None,  # (m,) seconds into audio of the VAD's speech frames (None: unknown)
+    detect_from: float = 0.0,  # seconds into audio where the audio the detector hears starts
 ) -> Callable[[Transcriber], Generator[DecodeCall, WindowResult, Hypothesis]]:
     """Encode once, decode (transcribe or translate), align words; shift times by offset.
 
@@ -102,6 +103,9 @@ def transcribe_job(
     encoder_pad: the encoder sees the audio plus this many seconds (30: the full window).
     detect: run the language detector on the audio (pipeline/language.py weighs it); a request
     without a language then decodes in the most likely of the ``allowed`` codes (all: empty).
+    detect_from: the detector hears audio[detect_from:] only, in an encoder pass of its own when that is
+    not all of it: the decode keeps the context before an utterance, which would pull the detection
+    towards the language of the speech before it.
     speech: where the VAD heard speech. When the hypothesis skipped speech (``stopped_at``: speech after
     its last word, or inside a word DTW stretched over seconds), the audio from there is decoded once
     more on its own, with the hypothesis before it as prompt, and the two are joined: Whisper sometimes
@@ -114,7 +118,11 @@ def transcribe_job(
         encoded = tr.encode(audio, encoder_window(audio, encoder_pad))
         probs: dict[str, float] = {}
         if detect or req.language is None:
-            probs = tr.language_probabilities(encoded, top=100)
+            heard = encoded
+            cut = int(detect_from * SAMPLE_RATE)
+            if 0 < cut < len(audio):
+                heard = tr.encode(audio[cut:], encoder_window(audio[cut:], encoder_pad))
+            probs = tr.language_probabilities(heard, top=100)
             if req.language is None:
                 kept = restrict(probs, allowed)
                 req = _replace(req, language=max(kept, key=kept.get) if kept else None)

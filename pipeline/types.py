@@ -122,6 +122,9 @@ class StreamOptions:
             again: no context before it).
         continue_skipped: a decode that skipped speech the VAD heard (stopped early, or jumped over it)
             has the audio from there decoded again on its own (pipeline/stream_jobs.py stopped_at).
+        detect_apart: with language None, an utterance's decodes that run the language detector keep the
+            context before the utterance (as with a given language), and the detector hears the utterance
+            alone, in an encoder pass of its own; False: those decodes hear the utterance alone too.
     """
 
     language: str | None = None
@@ -149,5 +152,6 @@ class StreamOptions:
     pause_commit: float | None = None
     lines: LineOptions = LineOptions()
     continue_skipped: bool = True
+    detect_apart: bool = True
     settle_after: float | None = 4.0
     own_load: bool = True

@@ -88,6 +88,7 @@ class Config:
     plain_encoder: bool = False  # the encoder unpacked (F.linear, then F.gelu), as before models/compute.py pack_encoder
     stale_pool: bool = False  # the loop's thread keeps an OpenMP pool beside the model thread's (models/openmp.py)
     continue_skipped: bool = True  # speech a decode skipped is decoded again on its own (stream_jobs.stopped_at)
+    detect_apart: bool = DEFAULT.detect_apart  # language None: the detector hears the utterance alone, the decode its context
     load_levels: bool = True  # the scheduler's load levels (pipeline/load.py); False: always level 0
     settle_after: float | None = DEFAULT.settle_after  # None: words final by agreement only (pipeline/policy.py)
     own_load: bool = DEFAULT.own_load  # False: a lone stream never degrades for its own slow decodes
@@ -109,6 +110,7 @@ CONFIGS = {
     "spec-kc0": Config(keep_context=0.0),  # the buffer cut at every committed sentence end
     "spec-kc0-pause": Config(keep_context=0.0, pause_commit=0.3),
     "spec-autolang": Config(language=None),
+    "spec-autolang-before": Config(language=None, detect_apart=False),  # detecting decodes without context (before 2026-12-07)
     "spec-u03": Config(update_interval=0.3),
     "spec-u02": Config(update_interval=0.2),
     "spec-u025": Config(update_interval=0.25),
@@ -364,7 +366,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
         keep_context=c.keep_context, agree_gap=c.agree_gap, continue_skipped=c.continue_skipped,
-        settle_after=c.settle_after, own_load=c.own_load and c.load_levels, pause_probability=c.pause_probability,
+        detect_apart=c.detect_apart, settle_after=c.settle_after, own_load=c.own_load and c.load_levels, pause_probability=c.pause_probability,
     )
     never = (float("inf"),) * 3
     scheduler_options = SchedulerOptions() if c.load_levels else SchedulerOptions(load=LoadPolicy(thresholds=never))

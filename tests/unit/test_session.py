@@ -43,6 +43,7 @@ class FakeTranscriber:
         self.decode_calls = 0
         self.requests: list[DecodeRequest] = []
         self.windows: list[tuple[float, float]] = []  # (offset, duration) of every encode
+        self.decoded: list[tuple[float, float]] = []  # (offset, duration) of every decode's encoded audio
         self.returned_stats: list[SpecStats] = []  # the stats of every decode, in order
         # {word: (heard, until)}: a window that ends before `until` hears the word as `heard`, unsure
         self.doubt: dict[str, tuple[str, float]] = {}
@@ -77,6 +78,7 @@ class FakeTranscriber:
     def decode(self, encoded: EncodedAudio, request: DecodeRequest) -> WindowResult:
         self.decode_calls += 1
         self.requests.append(request)
+        self.decoded.append(encoded.handle)
         off, dur = encoded.handle
         words = []
         for text, start, end in self.script:
@@ -538,6 +540,25 @@ def test_a_speaker_who_switches_language_is_followed_at_the_next_utterance(shift
     prompts = [fake.decode_tokens(r.prompt_tokens).split() for r, _ in german]
     assert german and all(w.startswith("v") for p in prompts for w in p), prompts
     assert min(off for _, (off, _) in german) >= 5.9, [w for _, w in german]
+
+
+@pytest.mark.parametrize("apart", [True, False], ids=["detect-apart", "before"])
+def test_an_utterance_checked_for_its_language_is_decoded_with_the_context_before_it(apart):
+    """The language is re-checked at each utterance on its own audio; the decode still hears the utterance with
+    the speech before it (keep_context), as it does with a given language (detect_apart; False: without it)."""
+    first = make_script(12, start=0.5, sentence_every=12)  # 0.5 .. 5.8 s
+    second = [(f"v{i}", s + 6.1, e + 6.1) for i, (_, s, e) in enumerate(make_script(8, start=0.5))]  # 6.6 .. 10.1 s
+    audio = noise(12)
+    fake = FakeTranscriber(audio, first + second)
+    options = StreamOptions(language=None, detect_apart=apart)
+    events, tr = run_session(audio, first + second, options, intervals=[(0.5, 5.8), (6.6, 10.1)], fake=fake)
+    assert finals_text(events) == [w for w, _, _ in first + second]
+    own = 6.6 - options.speech_pad  # the second utterance's own audio starts here
+    late = [(off, dur) for off, dur in fake.detections if off + dur > 6.6]
+    assert late and all(off >= own - 0.01 for off, _ in late), fake.detections  # the detector hears it alone
+    # its first 2 s (LanguageOptions.switch_seconds) are checked: those decodes hear the first utterance too
+    checked = [(off, dur) for off, dur in fake.decoded if 6.6 < off + dur <= 8.6]
+    assert checked and all((off < 5.8) == apart for off, _ in checked), fake.decoded
 
 
 def test_the_allow_list_keeps_detection_among_the_listed_languages():
