@@ -75,11 +75,14 @@ def test_a_stream_that_switches_from_english_to_german_is_followed(engine, clips
     assert "Software" in " ".join(f.text for f in german)
     # after the switch no German is heard as English words (the English text as the prompt, or the English
     # speech as context, made base write "access-rich documentation data" and skip 7 s), and none is skipped
-    after = [f for f in finals if f.start > GERMAN_START - cut - 1]
-    words = {w.strip(".,?!").lower() for f in after for w in f.text.split()}
-    assert not words & {"the", "and", "of", "who", "data", "where"}, [f.text for f in after]
+    # (the first German word's start may lie in the pause before it: DTW over a window with the English context
+    # stretches it back to the last English word, as with any word after a pause)
+    after = [f for f in finals if f.language == "de" or f.start > GERMAN_START - cut - 1]
+    words = [w.strip(".,?!").lower() for f in after for w in f.text.split()]
+    assert not set(words) & {"the", "and", "of", "who", "data", "where"}, [f.text for f in after]
     gaps = [b.start - a.end for a, b in zip(after, after[1:])]
     assert after[0].start < GERMAN_START - cut + 1.5 and max(gaps) < 3.0, [(f.start, f.end, f.text) for f in after]
+    assert "software" in words[:5], [f.text for f in after]  # "Jeden, der diese Software ...": its start not skipped
 
 
 def test_english_speech_locks_english_and_never_guesses_another_language_for_good(engine, clips_dir):
