@@ -51,7 +51,7 @@ MIN_WINDOW_SPEECH = 0.25  # seconds of VAD speech a window needs to be decoded (
 CONTEXT_GAP = 2.0  # seconds of silence after which the last utterance's audio stops being context
 LANGUAGE_MARGIN = 0.2  # seconds of audio kept before the first word in a new language (word starts are DTW's)
 
-log = logging.getLogger(__name__)  # DEBUG (`specscribe -v serve`): every decode's window, words and commits
+log = logging.getLogger(__name__)  # DEBUG (`serve --log-level debug`, `-v`): every decode's window, words and commits
 
 
 def _timed(words) -> str:
