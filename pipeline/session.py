@@ -191,6 +191,7 @@ class StreamSession:
             translations=self._counts["translations"],
             rejected=self._counts["rejected"],
             continued=self._counts["continued"],
+            retried=self._counts["retried"],
             finals=self._captions.finals,
             stream_load=self._stream_load(),
         )
@@ -387,7 +388,7 @@ class StreamSession:
             speech = None if frames is None else (frames - start) / SAMPLE_RATE  # (m,) seconds into the window
             job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text,
                                  self.options.encoder_pad, detect, self.options.languages, speech,
-                                 max(detect_s - start / SAMPLE_RATE, 0.0))
+                                 max(detect_s - start / SAMPLE_RATE, 0.0), self.options.retry_loops)
             priority = Priority.FINAL if final else Priority.UPDATE
             self._updating = not final
             submitted = self._clock()
@@ -405,6 +406,7 @@ class StreamSession:
             if hyp.rejected:
                 self._counts["rejected"] += 1
             self._counts["continued"] += hyp.continued
+            self._counts["retried"] += hyp.retried
             if hyp.language_probs and self._tracker is not None:
                 heard = self._observe_language(hyp.language_probs, max(start, self._utterance_start), end)
             if final and not hyp.words:

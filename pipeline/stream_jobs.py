@@ -47,6 +47,7 @@ class Hypothesis:
         alternatives: the other n-best hypotheses (request.n_best > 1) as words, ranked.
         language_probs: the detector's probabilities on this audio, when the job ran it (else empty).
         continued: the decode stopped early and the rest of the audio was decoded on its own (transcribe_job).
+        retried: the decode looped and was decoded again with timestamp tokens (transcribe_job).
     """
 
     words: tuple[Word, ...]
@@ -57,6 +58,7 @@ class Hypothesis:
     alternatives: tuple[tuple[str, ...], ...] = ()
     language_probs: dict[str, float] = field(default_factory=dict)
     continued: bool = False
+    retried: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ def transcribe_job(
     allowed: tuple[str, ...] = (),
     speech: np.ndarray | None = None,  # (m,) seconds into audio of the VAD's speech frames (None: unknown)
     detect_from: float = 0.0,  # seconds into audio where the audio the detector hears starts
+    retry_loops: bool = True,
 ) -> Callable[[Transcriber], Generator[DecodeCall, WindowResult, Hypothesis]]:
     """Encode once, decode (transcribe or translate), align words; shift times by offset.
 
@@ -106,6 +109,7 @@ def transcribe_job(
     detect_from: the detector hears audio[detect_from:] only, in an encoder pass of its own when that is
     not all of it: the decode keeps the context before an utterance, which would pull the detection
     towards the language of the speech before it.
+    retry_loops: a decode that loops (the compression-ratio guard) is decoded once more with timestamp tokens.
     speech: where the VAD heard speech. When the hypothesis skipped speech (``stopped_at``: speech after
     its last word, or inside a word DTW stretched over seconds), the audio from there is decoded once
     more on its own, with the hypothesis before it as prompt, and the two are joined: Whisper sometimes
@@ -129,7 +133,16 @@ def transcribe_job(
         result = yield DecodeCall(encoded, req)
         duration = len(audio) / SAMPLE_RATE
         rejected, words = _checked_words(tr, encoded, result, duration)
-        stats, others = result.stats, ()
+        stats, others, tokens = result.stats, (), tuple(result.tokens)
+        retried = retry_loops and rejected == "repetition" and not req.timestamps
+        if retried:
+            # Whisper looped ("... for you, ask what you can do for you, ask what you can do for you, ..."):
+            # decoded once more with timestamp tokens, which break most loops, on the same encoder output
+            again = yield DecodeCall(encoded, _replace(req, timestamps=True, hypothesis_tokens=()))
+            stats = stats + again.stats
+            retry_rejected, retry_words = _checked_words(tr, encoded, again, duration)
+            if not retry_rejected:
+                rejected, words, result, tokens = "", retry_words, again, ()  # tokens: no draft for the next decode
         skipped = stopped_at(words, duration, speech)
         if skipped is not None:
             keep, stop = skipped
@@ -147,13 +160,14 @@ def transcribe_job(
             others = tuple(split_words(a.text) for a in result.alternatives[1:])
         return Hypothesis(
             words=tuple(Word(w.start + offset, w.end + offset, w.text, w.probability) for w in words),
-            tokens=tuple(result.tokens),
+            tokens=tokens,
             language=result.language,
             stats=stats,
             rejected=rejected,
             alternatives=others,
             language_probs=probs,
             continued=skipped is not None,
+            retried=retried,
         )
 
     return job

@@ -125,6 +125,8 @@ class StreamOptions:
         detect_apart: with language None, an utterance's decodes that run the language detector keep the
             context before the utterance (as with a given language), and the detector hears the utterance
             alone, in an encoder pass of its own; False: those decodes hear the utterance alone too.
+        retry_loops: a decode that loops (Whisper repeating a phrase; the compression-ratio guard) is decoded
+            once more with timestamp tokens, which break most loops; False: its text is dropped.
     """
 
     language: str | None = None
@@ -153,5 +155,6 @@ class StreamOptions:
     lines: LineOptions = LineOptions()
     continue_skipped: bool = True
     detect_apart: bool = True
+    retry_loops: bool = True
     settle_after: float | None = 4.0
     own_load: bool = True

@@ -88,6 +88,7 @@ class Config:
     plain_encoder: bool = False  # the encoder unpacked (F.linear, then F.gelu), as before models/compute.py pack_encoder
     stale_pool: bool = False  # the loop's thread keeps an OpenMP pool beside the model thread's (models/openmp.py)
     continue_skipped: bool = True  # speech a decode skipped is decoded again on its own (stream_jobs.stopped_at)
+    retry_loops: bool = DEFAULT.retry_loops  # a looping decode decoded again with timestamps (stream_jobs.transcribe_job)
     detect_apart: bool = DEFAULT.detect_apart  # language None: the detector hears the utterance alone, the decode its context
     load_levels: bool = True  # the scheduler's load levels (pipeline/load.py); False: always level 0
     settle_after: float | None = DEFAULT.settle_after  # None: words final by agreement only (pipeline/policy.py)
@@ -110,6 +111,8 @@ CONFIGS = {
     "spec-kc0": Config(keep_context=0.0),  # the buffer cut at every committed sentence end
     "spec-kc0-pause": Config(keep_context=0.0, pause_commit=0.3),
     "spec-autolang": Config(language=None),
+    "spec-noretry": Config(retry_loops=False),  # a looping decode's text dropped (before 2026-12-07)
+    "spec-autolang-noretry": Config(language=None, retry_loops=False),
     "spec-autolang-before": Config(language=None, detect_apart=False),  # detecting decodes without context (before 2026-12-07)
     "spec-u03": Config(update_interval=0.3),
     "spec-u02": Config(update_interval=0.2),
@@ -366,7 +369,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
         keep_context=c.keep_context, agree_gap=c.agree_gap, continue_skipped=c.continue_skipped,
-        detect_apart=c.detect_apart, settle_after=c.settle_after, own_load=c.own_load and c.load_levels, pause_probability=c.pause_probability,
+        detect_apart=c.detect_apart, retry_loops=c.retry_loops, settle_after=c.settle_after, own_load=c.own_load and c.load_levels, pause_probability=c.pause_probability,
     )
     never = (float("inf"),) * 3
     scheduler_options = SchedulerOptions() if c.load_levels else SchedulerOptions(load=LoadPolicy(thresholds=never))
@@ -389,6 +392,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
             "partial_median": pct(p_lat, 50), "partial_p90": pct(p_lat, 90),
             "rtf_model_thread_wall": stats["rtf"], "rtf_charged": round(charged / (audio.size / SAMPLE_RATE), 4),
             "tokens_per_target_pass": stats["tokens_per_target_pass"],
+            "decodes_looped": {"retried": stats["retried"], "rejected": stats["rejected"]},  # transcribe_job's retry
             "translations": sum(1 for e in events if e.type == "translation"),
             "wer_vs_batch": round(wer(" ".join(w.text for w in refs[name]), final_text(events)), 4),
             **truth_figures((truths or {}).get(name), refs[name], events),

@@ -37,6 +37,7 @@ class FakeTranscriber:
         self.script = script
         self.no_speech = no_speech
         self.repeat_after = repeat_after  # windows at least this long come back as a repetition loop
+        self.loops_with_timestamps = True  # ... also when decoded with timestamp tokens
         self.vocab: dict[str, int] = {}
         self.encode_calls = 0
         self.encoder_windows: list[float | None] = []
@@ -95,7 +96,7 @@ class FakeTranscriber:
             words.append(Word(start - off, end - off, " " + text, probability))
         stop = next((i for i, w in enumerate(words) if w.text.strip() in self.stops_after), None)
         words = words if stop is None else words[: stop + 1]
-        if dur >= self.repeat_after and words:
+        if dur >= self.repeat_after and words and (self.loops_with_timestamps or not request.timestamps):
             words = [Word(words[0].start, dur, " la" * 40)]  # fails the compression-ratio guard
         tokens = tuple(self._tok(w.text) for w in words)
         stats = SpecStats(target_passes=max(1, len(tokens) // 2), tokens=len(tokens) + 1, drafted=len(tokens),
@@ -596,6 +597,27 @@ def test_a_rejected_last_decode_keeps_the_utterance():
     # (w7 as it was then, cut by that window's end) is committed rather than dropped
     got = finals_text(events)
     assert got[:7] == [w for w, _, _ in script][:7] and len(got) == 8 and got[7].startswith("w7"), got
+
+
+@pytest.mark.parametrize("retry", [True, False], ids=["retried", "dropped"])
+def test_a_looping_decode_is_decoded_again_with_timestamps(retry):
+    """Whisper loops on a window ("... for you, ask what you can do for you, ask what you can do for you ...",
+    JFK at [4.76, 9.8) s on base) and, with timestamp tokens, does not: the decode is done again that way, on the
+    same encoder output, and its words count; without the retry the utterance's last words were lost."""
+    script = make_script(8)  # 0.5 .. 4.0 s
+    audio = noise(7)
+    fake = FakeTranscriber(audio, script, repeat_after=3.9)
+    fake.loops_with_timestamps = False
+    events, tr = run_session(audio, script, StreamOptions(retry_loops=retry), intervals=[(0.5, 4.0)], fake=fake)
+    stats = [e for e in events if e.type == "stats"][0].stats
+    if not retry:  # StreamOptions.retry_loops False: the loop's text is dropped, the utterance's last word cut
+        assert finals_text(events)[-1] == "w7~" and stats["rejected"] >= 1 and stats["retried"] == 0
+        return
+    assert finals_text(events) == [w for w, _, _ in script]
+    looped = [i for i, r in enumerate(tr.requests) if not r.timestamps and fake.decoded[i][1] >= 3.9]
+    assert looped and all(tr.requests[i + 1].timestamps and fake.decoded[i + 1] == fake.decoded[i] for i in looped)
+    assert tr.encode_calls == len(tr.requests) - len(looped)  # the retry reuses the encoder output
+    assert stats["rejected"] == 0 and stats["retried"] == len(looped)
 
 
 def test_translation_follows_its_final():
