@@ -123,9 +123,9 @@ def transcribe_job(
         probs: dict[str, float] = {}
         if detect or req.language is None:
             heard = encoded
-            cut = int(detect_from * SAMPLE_RATE)
-            if 0 < cut < len(audio):
-                heard = tr.encode(audio[cut:], encoder_window(audio[cut:], encoder_pad))
+            own = audio[int(detect_from * SAMPLE_RATE) :]  # (n - cut,) the utterance alone
+            if 0 < own.size < audio.size:
+                heard = tr.encode(own, encoder_window(own, encoder_pad))
             probs = tr.language_probabilities(heard, top=100)
             if req.language is None:
                 kept = restrict(probs, allowed)
