@@ -41,7 +41,7 @@ from specscribe.pipeline.lookahead import Lookahead
 from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
 from specscribe.pipeline.scheduler import WITHDRAWN, ModelScheduler, Priority
-from specscribe.pipeline.stream_jobs import Hypothesis, max_tokens_for, transcribe_job
+from specscribe.pipeline.stream_jobs import DecodeFixes, Hypothesis, max_tokens_for, transcribe_job
 from specscribe.pipeline.translations import Translations
 from specscribe.pipeline.types import CaptionEvent, StreamOptions
 from specscribe.pipeline.vad import NoVad, SileroVad, VadEvent, VadOptions
@@ -384,11 +384,13 @@ class StreamSession:
             seconds = audio.size / SAMPLE_RATE
             draft_text = self._draft_text if self.options.draft else None
             detect = self._tracker is not None and self._tracker.needs_detection
-            frames = self._vad.speech_frames(start, end) if self.options.continue_skipped else None
+            o = self.options
+            fixes = DecodeFixes(o.retry_loops, o.continue_skipped, o.speech_onsets)
+            frames = self._vad.speech_frames(start, end) if o.continue_skipped or o.speech_onsets else None
             speech = None if frames is None else (frames - start) / SAMPLE_RATE  # (m,) seconds into the window
             job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text,
-                                 self.options.encoder_pad, detect, self.options.languages, speech,
-                                 max(detect_s - start / SAMPLE_RATE, 0.0), self.options.retry_loops)
+                                 o.encoder_pad, detect, o.languages, speech,
+                                 max(detect_s - start / SAMPLE_RATE, 0.0), fixes)
             priority = Priority.FINAL if final else Priority.UPDATE
             self._updating = not final
             submitted = self._clock()

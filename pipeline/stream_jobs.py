@@ -31,6 +31,10 @@ COMPRESSION_RATIO_THRESHOLD = 2.4
 STALL_SPEECH = LongformOptions.min_remainder_speech  # seconds of VAD speech after its last word (batch's rule)
 LONGEST_WORD = 1.5  # seconds: a last word "lasting" longer was stretched over speech Whisper skipped
 MIN_REST = 1.0  # seconds before and after the point where it stopped
+# a word DTW started in a pause (speech_onsets)
+ONSET_GAP = 0.3  # seconds without a VAD speech frame from a word's start: the start lies in a pause
+ONSET_TAIL = 0.25  # seconds of speech before that gap, at most: the previous word's tail
+ONSET_LEAD = 0.1  # seconds a moved start keeps before the VAD's first speech frame (Silero's onset comes late)
 PROMPT_CHARS = LocalAgreementOptions.prompt_chars  # characters of text before the rest given as its prompt
 
 
@@ -70,6 +74,21 @@ class Translation:
     stats: SpecStats
 
 
+@dataclass(frozen=True)
+class DecodeFixes:
+    """Which of Whisper's live failures a transcribe_job mends (the StreamOptions switches of the same names).
+
+    retry_loops: a decode that loops (the compression-ratio guard) is decoded once more with timestamp tokens.
+    continue_skipped: speech the hypothesis skipped is decoded again on its own (stopped_at).
+    speech_onsets: a word DTW started in a pause starts where the VAD hears it (speech_onsets).
+    The last two need the VAD's speech frames (transcribe_job's speech).
+    """
+
+    retry_loops: bool = True
+    continue_skipped: bool = True
+    speech_onsets: bool = True
+
+
 def compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data)) if data else 0.0
@@ -97,7 +116,7 @@ def transcribe_job(
     allowed: tuple[str, ...] = (),
     speech: np.ndarray | None = None,  # (m,) seconds into audio of the VAD's speech frames (None: unknown)
     detect_from: float = 0.0,  # seconds into audio where the audio the detector hears starts
-    retry_loops: bool = True,
+    fixes: DecodeFixes = DecodeFixes(),
 ) -> Callable[[Transcriber], Generator[DecodeCall, WindowResult, Hypothesis]]:
     """Encode once, decode (transcribe or translate), align words; shift times by offset.
 
@@ -109,7 +128,7 @@ def transcribe_job(
     detect_from: the detector hears audio[detect_from:] only, in an encoder pass of its own when that is
     not all of it: the decode keeps the context before an utterance, which would pull the detection
     towards the language of the speech before it.
-    retry_loops: a decode that loops (the compression-ratio guard) is decoded once more with timestamp tokens.
+    fixes: which failures the job mends (DecodeFixes): a looping decode, skipped speech, early word starts.
     speech: where the VAD heard speech. When the hypothesis skipped speech (``stopped_at``: speech after
     its last word, or inside a word DTW stretched over seconds), the audio from there is decoded once
     more on its own, with the hypothesis before it as prompt, and the two are joined: Whisper sometimes
@@ -134,7 +153,7 @@ def transcribe_job(
         duration = len(audio) / SAMPLE_RATE
         rejected, words = _checked_words(tr, encoded, result, duration)
         stats, others, tokens = result.stats, (), tuple(result.tokens)
-        retried = retry_loops and rejected == "repetition" and not req.timestamps
+        retried = fixes.retry_loops and rejected == "repetition" and not req.timestamps
         if retried:
             # Whisper looped ("... for you, ask what you can do for you, ask what you can do for you, ..."):
             # decoded once more with timestamp tokens, which break most loops, on the same encoder output
@@ -143,7 +162,7 @@ def transcribe_job(
             retry_rejected, retry_words = _checked_words(tr, encoded, again, duration)
             if not retry_rejected:
                 rejected, words, result, tokens = "", retry_words, again, ()  # tokens: no draft for the next decode
-        skipped = stopped_at(words, duration, speech)
+        skipped = stopped_at(words, duration, speech) if fixes.continue_skipped else None
         if skipped is not None:
             keep, stop = skipped
             rest = audio[int(stop * SAMPLE_RATE) :]  # (n - cut,)
@@ -158,6 +177,8 @@ def transcribe_job(
             stats = stats + rest_result.stats
         elif words:
             others = tuple(split_words(a.text) for a in result.alternatives[1:])
+        if fixes.speech_onsets:
+            words = speech_onsets(words, speech)
         return Hypothesis(
             words=tuple(Word(w.start + offset, w.end + offset, w.text, w.probability) for w in words),
             tokens=tokens,
@@ -194,6 +215,31 @@ def stopped_at(words: list[Word], duration: float, speech: np.ndarray | None) ->
         if heard >= STALL_SPEECH:
             return i, stop
     return None
+
+
+def speech_onsets(words: list[Word], speech: np.ndarray | None) -> list[Word]:
+    """The words, those that DTW started in a pause starting where the VAD next hears speech inside them.
+
+    After a pause DTW often starts the next word in the last one's tail: a context decode put JFK's "ask"
+    (said at 3.3 s) at 2.08 s, 0.1 s before "Americans" ended. Captions and SRT cues then started up to a
+    second early, and a translation span, which ends before the next word starts, cut the word before it
+    ("America" for "Americans"). A word whose span holds a gap of ONSET_GAP without speech frames, with at
+    most ONSET_TAIL of speech before the gap (the previous word's tail) and speech after it, starts
+    ONSET_LEAD before the first speech frame after the gap. speech: (m,) sorted seconds into the window of
+    the VAD's speech frames (None: unknown, nothing moves). Ends never move.
+    """
+    if speech is None or not words:
+        return words
+    frame = FRAME / SAMPLE_RATE
+    out = []
+    for w in words:
+        inside = speech[(speech >= w.start - frame) & (speech < w.end)]  # (k,) frames that overlap the word
+        edges = np.concatenate([[w.start - frame], inside])  # a gap may also open at the word's start
+        gaps = np.flatnonzero(np.diff(edges) >= ONSET_GAP + frame)  # (g,) a gap after edges[j]
+        if gaps.size and edges[gaps[0]] + frame - w.start <= ONSET_TAIL:
+            w = Word(max(w.start, float(edges[gaps[0] + 1]) - ONSET_LEAD), w.end, w.text, w.probability)
+        out.append(w)
+    return out
 
 
 def _checked_words(tr: Transcriber, encoded, result: WindowResult, duration: float) -> tuple[str, list[Word]]:

@@ -22,6 +22,7 @@ from specscribe.pipeline.stream_jobs import max_tokens_for, translate_job
 from specscribe.pipeline.types import CaptionEvent
 
 TRANSLATE_MAX_SPAN = 10.0  # seconds of finals translated together at most
+TRANSLATE_TAIL = 0.5  # seconds of audio after a group's last word (DTW ends a word before its last sound)
 
 
 class Translations:
@@ -61,7 +62,7 @@ class Translations:
         group, self._group = self._group, []
         # pad the span, but not into the neighbouring words (the last translated, the next partial)
         start = max(int(max(first.start - 0.1, self._until) * SAMPLE_RATE), ring.start)
-        end = min(int(min(last.end + 0.2, next_start) * SAMPLE_RATE), ring.end)
+        end = min(int(min(last.end + TRANSLATE_TAIL, next_start) * SAMPLE_RATE), ring.end)
         self._until = last.end
         if end - start > 30 * SAMPLE_RATE:
             start = end - 30 * SAMPLE_RATE

@@ -127,6 +127,9 @@ class StreamOptions:
             alone, in an encoder pass of its own; False: those decodes hear the utterance alone too.
         retry_loops: a decode that loops (Whisper repeating a phrase; the compression-ratio guard) is decoded
             once more with timestamp tokens, which break most loops; False: its text is dropped.
+        speech_onsets: a word that DTW started in the pause before it (often a turn's first word, in the
+            previous word's tail) starts where the VAD hears speech inside it (pipeline/stream_jobs.py
+            speech_onsets): caption and SRT times, and translation spans, which end where the next word starts.
     """
 
     language: str | None = None
@@ -156,5 +159,6 @@ class StreamOptions:
     continue_skipped: bool = True
     detect_apart: bool = True
     retry_loops: bool = True
+    speech_onsets: bool = True
     settle_after: float | None = 4.0
     own_load: bool = True

@@ -90,6 +90,7 @@ class Config:
     continue_skipped: bool = True  # speech a decode skipped is decoded again on its own (stream_jobs.stopped_at)
     retry_loops: bool = DEFAULT.retry_loops  # a looping decode decoded again with timestamps (stream_jobs.transcribe_job)
     detect_apart: bool = DEFAULT.detect_apart  # language None: the detector hears the utterance alone, the decode its context
+    speech_onsets: bool = DEFAULT.speech_onsets  # a word DTW started in a pause starts at its speech (stream_jobs.speech_onsets)
     load_levels: bool = True  # the scheduler's load levels (pipeline/load.py); False: always level 0
     settle_after: float | None = DEFAULT.settle_after  # None: words final by agreement only (pipeline/policy.py)
     own_load: bool = DEFAULT.own_load  # False: a lone stream never degrades for its own slow decodes
@@ -133,6 +134,7 @@ CONFIGS = {
     "spec-int8-full": Config(compute_type="int8"),  # the decoder's linears and head in int8 too
     "spec-plainenc": Config(plain_encoder=True),  # the encoder without prepacked linears and fused GELU
     "spec-stalepool": Config(stale_pool=True),  # as before the scheduler released the loop thread's OpenMP pool
+    "spec-dtwonsets": Config(speech_onsets=False),  # word starts as DTW put them (before 2026-12-07)
     "spec-nocontinue": Config(continue_skipped=False),  # as before 2026-12-05: skipped speech waits for the window
     "ct2": Config(engine="ct2", draft="none"),
     "ct2+translate": Config(engine="ct2", draft="none", translate=True),
@@ -165,6 +167,35 @@ def load_clips(names: list[str]) -> dict[str, np.ndarray]:
         for name, path in sorted(built.items()):
             out[f"conversation/{name}"] = load_audio(path)
     return out
+
+
+def clip_turns(names: list[str]) -> dict[str, list[tuple[float, str]]]:
+    """{clip: [(start in seconds, first word)] of each turn} for the clips whose manifest times their turns (the
+    synthesized conversations: each turn's audio is trimmed to its sound, so its start is where speech starts)."""
+    from specscribe.conversations import conversation_clips
+
+    if "conversations" not in names:
+        return {}
+    out = {}
+    for name, (wav, _) in conversation_clips(clips_dir()).items():
+        turns = json.loads(wav.with_suffix(".json").read_text())["turns"]
+        out[f"conversation/{name}"] = [(t["start"], t["text"].split()[0]) for t in turns if t["text"].split()]
+    return out
+
+
+def onset_figures(turns: list[tuple[float, str]] | None, events) -> dict:
+    """How far the finals' word starts are from where turns start: for each turn, the final word with the turn's
+    first word's text that starts nearest the turn (within 2 s). Negative: the caption starts early."""
+    if not turns:
+        return {}
+    words = [w for e in events if e.type == "final" for w in e.words]
+    errors = []
+    for start, first in turns:
+        near = [w.start - start for w in words if norm(w.text) == norm(first) and abs(w.start - start) < 2.0]
+        if near:
+            errors.append(min(near, key=abs))
+    return {"turn_onsets_matched": f"{len(errors)}/{len(turns)}", "turn_onset_error_median": pct(errors, 50),
+            "turn_onset_error_p10": pct(errors, 10), "turn_onsets_early_by_0.3s": sum(e < -0.3 for e in errors)}
 
 
 def clip_truths(names: list[str]) -> dict[str, str]:
@@ -359,7 +390,8 @@ def pct(values, q) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
-def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict | None = None) -> dict:
+def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict | None = None,
+               turns: dict | None = None) -> dict:
     """Every clip through one config once: per-clip figures, totals, and the raw latencies (_final, _partial).
     truths: {clip: human or script transcript}; those clips also get the WER of the streamed and the batch
     text against it, and their difference (the issue's goal: streaming within 2 points of batch)."""
@@ -369,7 +401,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
         language=c.language, translate=c.translate, update_interval=c.update_interval or args.update_interval, draft=c.draft != "none",
         encoder_pad=c.encoder_pad, hold_unsure=c.hold_unsure, pause_commit=c.pause_commit,
         keep_context=c.keep_context, agree_gap=c.agree_gap, continue_skipped=c.continue_skipped,
-        detect_apart=c.detect_apart, retry_loops=c.retry_loops, settle_after=c.settle_after, own_load=c.own_load and c.load_levels, pause_probability=c.pause_probability,
+        detect_apart=c.detect_apart, retry_loops=c.retry_loops, speech_onsets=c.speech_onsets, settle_after=c.settle_after, own_load=c.own_load and c.load_levels, pause_probability=c.pause_probability,
     )
     never = (float("inf"),) * 3
     scheduler_options = SchedulerOptions() if c.load_levels else SchedulerOptions(load=LoadPolicy(thresholds=never))
@@ -396,6 +428,7 @@ def run_config(config: str, engine, clips: dict, refs: dict, args, truths: dict 
             "translations": sum(1 for e in events if e.type == "translation"),
             "wer_vs_batch": round(wer(" ".join(w.text for w in refs[name]), final_text(events)), 4),
             **truth_figures((truths or {}).get(name), refs[name], events),
+            **onset_figures((turns or {}).get(name), events),
             "caption_lines": line_figures(events),
             "latency_breakdown": latency_breakdown(events, p_lat, f_lat, matched),
         }
@@ -468,6 +501,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown configs {unknown}; choose from {list(CONFIGS)}")
     clips = load_clips(args.clips.split(","))
     truths = clip_truths(args.clips.split(","))
+    turns = clip_turns(args.clips.split(","))  # where the conversations' turns start (onset_figures)
     load_start = os.getloadavg()[0]
 
     engines: dict[tuple, object] = {}
@@ -498,7 +532,7 @@ def main(argv=None) -> int:
     rounds = []  # per round: {config: result}
     for r in range(args.repeat):
         order = configs[r % len(configs):] + configs[: r % len(configs)]
-        rounds.append({config: run_config(config, engine, clips, refs, args, truths) for config in order})
+        rounds.append({config: run_config(config, engine, clips, refs, args, truths, turns) for config in order})
     results = {}
     for config in configs:
         runs = [rnd[config] for rnd in rounds]

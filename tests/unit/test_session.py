@@ -352,6 +352,27 @@ def test_where_a_hypothesis_stopped_early():
     assert stopped_at(jumped, 8.0, np.concatenate([frames(0.2, 1.4), frames(6.4, 7.0)])) is None  # a pause
 
 
+def test_a_word_started_in_a_pause_starts_at_its_speech():
+    from specscribe.pipeline.stream_jobs import ONSET_LEAD, speech_onsets
+
+    frames = lambda a, b: np.arange(a, b, 0.032)  # noqa: E731 (VAD speech frames, seconds into the window)
+    # JFK as a context decode times it: "Americans" ends 2.0 (its "s" to 2.2), "ask" starts 2.08, said at 3.3
+    speech = np.concatenate([frames(1.5, 2.2), frames(3.3, 3.7)])
+    words = [Word(1.54, 2.0, " Americans,", 0.9), Word(2.08, 3.68, " ask", 0.9), Word(3.68, 4.0, " not", 0.9)]
+    moved = speech_onsets(words, speech)
+    assert moved[1].start == pytest.approx(3.3 - ONSET_LEAD, abs=0.032) and moved[1].end == 3.68
+    assert moved[0] == words[0] and moved[2] == words[2]  # in speech from its start: as DTW put it
+    assert speech_onsets(words, None) == words  # no VAD: not known
+    # a start in the pause itself, with no tail of the word before it
+    assert speech_onsets([Word(0.0, 1.0, " And", 0.9)], frames(0.6, 1.0))[0].start == pytest.approx(0.5, abs=0.032)
+    # more speech than a tail before the gap: the word is said there, and its end is stretched
+    assert speech_onsets([Word(1.0, 3.0, " so", 0.9)], np.concatenate([frames(1.0, 1.5), frames(2.5, 3.0)]))[0].start == 1.0
+    # no speech after the gap inside the word: nothing to move it to
+    assert speech_onsets([Word(2.08, 3.0, " ask", 0.9)], frames(1.5, 2.2))[0].start == 2.08
+    # a stop inside a word (shorter than ONSET_GAP) is no pause
+    assert speech_onsets([Word(2.0, 2.6, " ask", 0.9)], np.concatenate([frames(2.0, 2.2), frames(2.4, 2.6)]))[0].start == 2.0
+
+
 def test_a_hypothesis_is_not_continued_over_silence():
     script = make_script(6, start=0.5)  # speech 0.5-3.2 s, then silence
     fake = FakeTranscriber(noise(6.0), script)
