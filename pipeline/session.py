@@ -34,6 +34,7 @@ import numpy as np
 from specscribe.models.types import DecodeRequest, SpecStats
 from specscribe.pipeline.alternatives import final_alternatives
 from specscribe.pipeline.caption_events import CaptionEvents
+from specscribe.pipeline.decode_window import choose_window
 from specscribe.pipeline.audio import SAMPLE_RATE, clean_samples
 from specscribe.pipeline.language import LanguageOptions, LanguageTracker
 from specscribe.pipeline.load import LagMeter
@@ -49,7 +50,6 @@ from specscribe.pipeline.vad import NoVad, SileroVad, VadEvent, VadOptions
 MIN_WINDOW = 1.0  # seconds: shorter windows are not decoded (Whisper guesses on them)
 MIN_WINDOW_SPEECH = 0.25  # seconds of VAD speech a window needs to be decoded (else it is silence)
 CONTEXT_GAP = 2.0  # seconds of silence after which the last utterance's audio stops being context
-LANGUAGE_MARGIN = 0.2  # seconds of audio kept before the first word in a new language (word starts are DTW's)
 
 log = logging.getLogger(__name__)  # DEBUG (`serve --log-level debug`, `-v`): every decode's window, words and commits
 
@@ -319,14 +319,6 @@ class StreamSession:
         self._translate(force=True)
         return events + self._captions.flush()
 
-    def _own_start(self, start_s: float) -> float:
-        """A window start (seconds) past the committed context: this utterance's start, or the first pending
-        word's where one is older (words held over a pause stay in the window)."""
-        own = self._utterance_start / SAMPLE_RATE
-        if self._policy.partial:
-            own = min(own, self._policy.partial[0].start)
-        return max(start_s, own)
-
     def _decode_language(self) -> str | None:
         return self.options.language or (self._tracker.decode_language if self._tracker else None)
 
@@ -343,28 +335,10 @@ class StreamSession:
         )
 
     async def _update(self, final: bool, end: int, reset: bool = True) -> list[CaptionEvent]:
-        # after a change of language the prompt holds no text of the other one, which pulls the decode into it
-        # (German heard as "Where?" under an English prompt); once the new language is locked, neither does
-        # the context audio (before the lock, the change may be a first guess corrected, and the detector needs
-        # the audio)
-        since = self._captions.text_since
-        start_s, prompt = self._policy.window(since)
-        detect_s = 0.0  # seconds: where the audio the language detector hears starts (0: the window's start)
-        if self._tracker is None or self._tracker.state.locked:
-            start_s = max(start_s, since - LANGUAGE_MARGIN)
-        if self._captions.text_language not in (None, self._decode_language()):
-            prompt = ""  # text in another language would pull the decode into it (or into translating)
-            start_s = self._own_start(start_s)  # and so would its audio (keep_context)
-        elif not self.scheduler.load.keep_context:  # under load (pipeline/load.py) no context is re-decoded
-            start_s = self._own_start(start_s)
-        elif self._tracker is not None and self._tracker.needs_detection:
-            # the detector hears this utterance, not the context before it (in the old language, it would hold
-            # a switch back); the decode keeps the context (options.detect_apart), as with a given language
-            own_s = self._own_start(start_s)
-            if self.options.detect_apart:
-                detect_s = own_s
-            else:
-                start_s = own_s
+        window = choose_window(self._policy, self._captions, self._tracker, self._decode_language(),
+                               self._utterance_start / SAMPLE_RATE, self.scheduler.load.keep_context,
+                               self.options.detect_apart)  # pipeline/decode_window.py
+        start_s, prompt = window.start, window.prompt
         start = max(int(round(start_s * SAMPLE_RATE)), self._ring.start)
         self._last_update = end
         hyp: Hypothesis | None = None
@@ -390,7 +364,7 @@ class StreamSession:
             speech = None if frames is None else (frames - start) / SAMPLE_RATE  # (m,) seconds into the window
             job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text,
                                  o.encoder_pad, detect, o.languages, speech,
-                                 max(detect_s - start / SAMPLE_RATE, 0.0), fixes)
+                                 max(window.detect_from - start / SAMPLE_RATE, 0.0), fixes)
             priority = Priority.FINAL if final else Priority.UPDATE
             self._updating = not final
             submitted = self._clock()

@@ -4,8 +4,10 @@ OpenAI-compatible endpoint driven by the `openai` Python client.
 Runs on the default engine (spec, as `specscribe serve` starts) and on the ct2 baseline. base
 transcribes JFK with 0 % WER on both engines, streamed or not, so a single wrong word of its 22
 fails (pipeline/wer.py's normalization). Its streamed English "translation" is made a sentence of
-finals at a time, from shorter audio: measured 2 wrong words on spec ("America is" for "Americans
-ask"), 1 on ct2 ("American"); more than 2 fails."""
+finals at a time, from shorter audio. Its spans used to cut the last sound of "Americans" (the next
+word's start, which ends a span, was put in the pause before it): 1-3 wrong words ("America",
+"America is"); with word starts moved to their speech (stream_jobs.speech_onsets) and 0.5 s after a
+group's last word, 0 on both engines at four lead-ins. More than 1 fails."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ def test_websocket_jfk_with_translation(server, jfk):
     starts = [f["start"] for f in result.finals]
     assert starts == sorted(starts) and result.finals[-1]["end"] <= len(jfk) / 16000 + 1.0
     english = " ".join(m["text"] for m in result.messages if m["type"] == "translation")
-    assert wrong_words(english) <= 2, english
+    assert wrong_words(english) <= 1, english
     stats = result.messages[-1]["stats"]
     assert stats["finals"] == len(result.finals) and stats["audio_seconds"] >= len(jfk) / 16000
 
