@@ -78,7 +78,8 @@ class Translation:
 class DecodeFixes:
     """Which of Whisper's live failures a transcribe_job mends (the StreamOptions switches of the same names).
 
-    retry_loops: a decode that loops (the compression-ratio guard) is decoded once more with timestamp tokens.
+    retry_loops: a decode that loops (the compression-ratio guard) is decoded again with timestamp tokens, and if
+        that loops too and it had a prompt, once more without the prompt.
     continue_skipped: speech the hypothesis skipped is decoded again on its own (stopped_at).
     speech_onsets: a word DTW started in a pause starts where the VAD hears it (speech_onsets).
     The last two need the VAD's speech frames (transcribe_job's speech).
@@ -154,14 +155,19 @@ def transcribe_job(
         rejected, words = _checked_words(tr, encoded, result, duration)
         stats, others, tokens = result.stats, (), tuple(result.tokens)
         retried = fixes.retry_loops and rejected == "repetition" and not req.timestamps
-        if retried:
-            # Whisper looped ("... for you, ask what you can do for you, ask what you can do for you, ..."):
-            # decoded once more with timestamp tokens, which break most loops, on the same encoder output
-            again = yield DecodeCall(encoded, _replace(req, timestamps=True, hypothesis_tokens=()))
+        # Whisper looped ("... for you, ask what you can do for you, ask what you can do for you, ..."): decoded
+        # again on the same encoder output with timestamp tokens, which break most loops, then also without the
+        # prompt, which can pull a decode into its own words
+        retries = [_replace(req, timestamps=True, hypothesis_tokens=())] if retried else []
+        if retries and req.prompt_tokens:
+            retries.append(_replace(retries[0], prompt_tokens=()))
+        for retry in retries:
+            again = yield DecodeCall(encoded, retry)
             stats = stats + again.stats
             retry_rejected, retry_words = _checked_words(tr, encoded, again, duration)
             if not retry_rejected:
                 rejected, words, result, tokens = "", retry_words, again, ()  # tokens: no draft for the next decode
+                break
         skipped = stopped_at(words, duration, speech) if fixes.continue_skipped else None
         if skipped is not None:
             keep, stop = skipped

@@ -126,7 +126,8 @@ class StreamOptions:
             context before the utterance (as with a given language), and the detector hears the utterance
             alone, in an encoder pass of its own; False: those decodes hear the utterance alone too.
         retry_loops: a decode that loops (Whisper repeating a phrase; the compression-ratio guard) is decoded
-            once more with timestamp tokens, which break most loops; False: its text is dropped.
+            again with timestamp tokens, which break most loops, and if that loops too, without its prompt;
+            False: its text is dropped.
         speech_onsets: a word that DTW started in the pause before it (often a turn's first word, in the
             previous word's tail) starts where the VAD hears speech inside it (pipeline/stream_jobs.py
             speech_onsets): caption and SRT times, and translation spans, which end where the next word starts.

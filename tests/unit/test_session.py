@@ -38,6 +38,7 @@ class FakeTranscriber:
         self.no_speech = no_speech
         self.repeat_after = repeat_after  # windows at least this long come back as a repetition loop
         self.loops_with_timestamps = True  # ... also when decoded with timestamp tokens
+        self.loops_without_prompt = True  # ... also when decoded without a prompt
         self.vocab: dict[str, int] = {}
         self.encode_calls = 0
         self.encoder_windows: list[float | None] = []
@@ -96,7 +97,9 @@ class FakeTranscriber:
             words.append(Word(start - off, end - off, " " + text, probability))
         stop = next((i for i, w in enumerate(words) if w.text.strip() in self.stops_after), None)
         words = words if stop is None else words[: stop + 1]
-        if dur >= self.repeat_after and words and (self.loops_with_timestamps or not request.timestamps):
+        loops = (self.loops_with_timestamps or not request.timestamps) and (
+            self.loops_without_prompt or bool(request.prompt_tokens))
+        if dur >= self.repeat_after and words and loops:
             words = [Word(words[0].start, dur, " la" * 40)]  # fails the compression-ratio guard
         tokens = tuple(self._tok(w.text) for w in words)
         stats = SpecStats(target_passes=max(1, len(tokens) // 2), tokens=len(tokens) + 1, drafted=len(tokens),
@@ -639,6 +642,24 @@ def test_a_looping_decode_is_decoded_again_with_timestamps(retry):
     assert looped and all(tr.requests[i + 1].timestamps and fake.decoded[i + 1] == fake.decoded[i] for i in looped)
     assert tr.encode_calls == len(tr.requests) - len(looped)  # the retry reuses the encoder output
     assert stats["rejected"] == 0 and stats["retried"] == len(looped)
+
+
+def test_a_decode_that_loops_with_timestamps_too_is_decoded_without_its_prompt():
+    """A window that loops under its prompt, with or without timestamp tokens, and decodes right without the
+    prompt: the third decode of the same encoder output keeps its words (before, they were dropped)."""
+    script = make_script(24, sentence_every=4)  # 0.5 .. 11.3 s, a sentence end every 4 words
+    audio = noise(13)
+    fake = FakeTranscriber(audio, script, repeat_after=2.5)
+    fake.loops_without_prompt = False
+    options = StreamOptions(keep_context=0.0)  # the buffer cut at each committed sentence end: later windows have a prompt
+    events, tr = run_session(audio, script, options, intervals=[(0.5, 11.3)], fake=fake)
+    assert finals_text(events) == [w for w, _, _ in script]
+    thirds = [i for i, r in enumerate(tr.requests) if r.timestamps and not r.prompt_tokens and i >= 2
+              and tr.requests[i - 1].timestamps and tr.requests[i - 1].prompt_tokens
+              and not tr.requests[i - 2].timestamps and fake.decoded[i] == fake.decoded[i - 2]]
+    assert thirds  # decode, with timestamps, without the prompt: one encoder output
+    stats = next(e.stats for e in events if e.type == "stats")
+    assert stats["rejected"] == 0 and stats["retried"] >= len(thirds)
 
 
 def test_translation_follows_its_final():
