@@ -25,7 +25,9 @@ LocalAgreement-2 (after ufal/whisper_streaming's HypothesisBuffer / OnlineASRPro
   (with the words before it) even if no partner agrees: it has heard that much speech after itself, and
   hypotheses that keep disagreeing on it would otherwise hold every word after it back. On conversation a
   wobbling first word ("Does Delina need" / "The Elina needs") held 16 s of speech uncommitted on a CPU whose
-  updates come 2-3 s apart; each longer buffer made the next update slower still;
+  updates come 2-3 s apart; each longer buffer made the next update slower still. A word the newest hypothesis is
+  unsure of settles only `settle_unsure` times as late: JFK's "ask" (p 0.2-0.5 in most windows) came out "asked"
+  in one update of a browser run and was settled so, between hypotheses that said "ask";
 - past `max_buffer` seconds the hypothesis is committed by force, so the buffer stays bounded;
 - at a pause (a VAD speech end) the hypothesis is committed up to its first unsure word; the unsure
   rest waits for the speech after the pause (Whisper often hears a word right only with what follows:
@@ -138,6 +140,7 @@ class LocalAgreementOptions:
             hypothesis; three-way agreement likewise takes the partner's partner); 0: the previous one.
         settle_after: a word of the newest hypothesis ending this many seconds before the audio's end is
             committed without agreement, with the words before it (None: agreement, pauses and max_buffer only).
+        settle_unsure: ... a word it is unsure of (under min_probability) only this many times as long before.
         pause_probability: at a pause, the hypothesis' last word (it heard no speech after it) is committed only
             at this probability or more; the words before it at min_probability.
     """
@@ -153,6 +156,7 @@ class LocalAgreementOptions:
     keep_context: float = 0.0
     agree_gap: float = 0.0
     settle_after: float | None = None
+    settle_unsure: float = 2.0
     pause_probability: float = 0.8
 
 
@@ -236,8 +240,9 @@ class LocalAgreement:
                 break
             agreed += 1
         if o.settle_after is not None:  # words that have heard settle_after seconds after themselves
-            settled = self.audio_end - o.settle_after
-            agreed = max(agreed, len(list(itertools.takewhile(lambda w: w.end <= settled, new))))
+            settled, unsure = self.audio_end - o.settle_after, self.audio_end - o.settle_after * o.settle_unsure
+            old = itertools.takewhile(lambda w: w.end <= (settled if w.probability >= o.min_probability else unsure), new)
+            agreed = max(agreed, len(list(old)))
         agreed = _whole_words(new, agreed)
         commit = new[:agreed]
         self._advance(commit, new[agreed:], found[-1] if len(found) == 2 else 0)

@@ -127,6 +127,7 @@ CONFIGS = {
     "spec-noown": Config(own_load=False),  # load levels from the scheduler only (before 2026-12-05)
     "spec-nosettle": Config(settle_after=None),  # words final by agreement only (before 2026-12-05)
     "spec-pause05": Config(pause_probability=0.5),  # a pause's last word as sure as those before it (before 2026-12-06)
+    "spec-settle-unsure1": Config(policy=(("settle_unsure", 1.0),)),  # unsure words settle as early as sure ones (before 2026-12-07)
     "spec-timeonly": Config(policy=(("agree_thrice", False),)),  # an unsure word final by time only, not by three agreeing
     "spec-before": Config(settle_after=None, own_load=False),  # the policy and load levels before 2026-12-05
     "spec-float32": Config(compute_type="float32"),

@@ -1,5 +1,7 @@
 """LocalAgreement-2 with scripted hypotheses: what gets committed, never rewritten, and trimming."""
 
+import pytest
+
 from specscribe.models.types import Word
 from specscribe.pipeline.policy import (LocalAgreement, LocalAgreementOptions, PolicyUpdate, ends_sentence,
                                         normalize_word)
@@ -200,6 +202,26 @@ def test_settle_after_commits_old_words_the_hypotheses_keep_disagreeing_on():
         assert texts(u.committed + u.partial) == ["the", "b", "c", "d", "e", "f", "g", "h"]
     assert committed[None] == []
     assert committed[3.0] == ["the", "b"]  # ended by 1.0 s, 3 s before the audio's end; "c" (1.4 s) waits
+
+
+@pytest.mark.parametrize("unsure_factor", [2.0, 1.0], ids=["unsure-later", "unsure-alike"])
+def test_a_word_the_newest_hypothesis_is_unsure_of_settles_later(unsure_factor):
+    """JFK's "ask not": hypotheses said "ask", one update said "asked" (p 0.4), and settle_after made it final;
+    an unsure word settles only settle_unsure times as late, so the next decodes can still correct it."""
+    p = LocalAgreement(LocalAgreementOptions(settle_after=3.0, settle_unsure=unsure_factor))
+    p.insert_audio(3.0)
+    assert p.process(words("ask not what your")).committed == ()
+    p.insert_audio(4.0)
+    wobbly = words("asked not what your country can")
+    wobbly[0] = Word(wobbly[0].start, wobbly[0].end, wobbly[0].text, 0.4)
+    u = p.process(wobbly)  # disagrees from its first word; "asked" ended at 0.4 s, 3.6 s before the audio's end
+    if unsure_factor == 1.0:
+        assert texts(u.committed) == ["asked", "not"]  # settled as the sure words are
+        return
+    assert u.committed == () and texts(u.partial)[0] == "asked"  # waits: it needs 6 s
+    p.insert_audio(5.0)
+    u = p.process(words("ask not what your country can do for"))  # the next decode hears it right again
+    assert texts(u.committed) == ["ask", "not", "what", "your"]
 
 
 def test_finish_commits_everything_and_resets():
