@@ -306,7 +306,7 @@ class StreamSession:
         events = await self._update(final=True, end=end, reset=reset)
         self._in_speech = False
         self._speech_end = end
-        self._translate(force=True)
+        self._translate(force=not self._policy.partial)  # words held over the pause join the group when final
         return events
 
     async def _release_held(self) -> list[CaptionEvent]:

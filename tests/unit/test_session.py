@@ -1039,6 +1039,22 @@ def test_a_lone_slow_stream_still_holds_unsure_words_over_a_pause():
     assert finals_text(events) == ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
 
 
+def test_a_translation_waits_for_the_words_held_over_a_pause():
+    """`live --translate` on JFK translated "And so my fellow" as "and so my", then "Americans" alone: the pause held
+    the unsure "Americans" back and the utterance's end translated the finals before it, the span ending where the
+    held word starts. The group now waits for the held words, and is translated with them."""
+    script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
+    script += [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=3.4))]
+    fake = FakeTranscriber(noise(7.4), script)
+    fake.doubt = {"a3": ("a3", 3.6)}  # unsure until the decode hears the speech after the pause
+    events, tr = run_session(fake.stream, script, StreamOptions(translate=True), intervals=[(1.0, 2.7), (3.4, 5.1)],
+                             fake=fake)
+    assert finals_text(events) == [w for w, _, _ in script]
+    translations = [e.text.split() for e in events if e.type == "translation"]
+    assert translations and translations[0][:4] == ["A0", "A1", "A2", "A3"], translations
+    assert sorted(w for t in translations for w in t) == sorted(w.upper() for w, _, _ in script)
+
+
 def test_agree_gap_reaches_the_policy_and_the_cli(capsys):
     """StreamOptions.agree_gap is the session policy's (pipeline/policy.py tests its rule); `live` and `serve`
     take it as --agree-gap and refuse a negative one."""
