@@ -416,16 +416,17 @@ def test_a_pause_commits_the_utterance_before_the_vad_ends_it():
         assert max(off + dur for off, dur in tr.windows) == pytest.approx(3.75)
 
 
-def _paused_session(second_start: float, level: int = 0):
+def _paused_session(second_start: float, level: int = 0, options: StreamOptions = StreamOptions(),
+                    heard: str = "x3"):
     """a0-a3 (1.0-2.7 s), a pause, b0-b3 from second_start; a window ending in the pause hears a3 as
-    'x3', unsure; one that reaches past 3.6 s hears it right."""
+    `heard`, unsure; one that reaches past 3.6 s hears it right."""
     script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
     script += [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=second_start))]
     audio = noise(second_start + 4)
     fake = FakeTranscriber(audio, script)
-    fake.doubt = {"a3": ("x3", 3.6)}
+    fake.doubt = {"a3": (heard, 3.6)}
     intervals = [(1.0, 2.7), (second_start, second_start + 1.7)]
-    events, _ = run_session(audio, script, StreamOptions(), intervals=intervals, fake=fake, level=level)
+    events, _ = run_session(audio, script, options, intervals=intervals, fake=fake, level=level)
     return events
 
 
@@ -1043,16 +1044,13 @@ def test_a_translation_waits_for_the_words_held_over_a_pause():
     """`live --translate` on JFK translated "And so my fellow" as "and so my", then "Americans" alone: the pause held
     the unsure "Americans" back and the utterance's end translated the finals before it, the span ending where the
     held word starts. The group now waits for the held words, and is translated with them."""
-    script = [(f"a{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=1.0))]
-    script += [(f"b{i}", s, e) for i, (_, s, e) in enumerate(make_script(4, start=3.4))]
-    fake = FakeTranscriber(noise(7.4), script)
-    fake.doubt = {"a3": ("a3", 3.6)}  # unsure until the decode hears the speech after the pause
-    events, tr = run_session(fake.stream, script, StreamOptions(translate=True), intervals=[(1.0, 2.7), (3.4, 5.1)],
-                             fake=fake)
-    assert finals_text(events) == [w for w, _, _ in script]
+    # a3 is unsure (heard right, p 0.3) until a decode hears the speech after the pause
+    events = _paused_session(second_start=3.4, options=StreamOptions(translate=True), heard="a3")
+    script = ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]
+    assert finals_text(events) == script
     translations = [e.text.split() for e in events if e.type == "translation"]
     assert translations and translations[0][:4] == ["A0", "A1", "A2", "A3"], translations
-    assert sorted(w for t in translations for w in t) == sorted(w.upper() for w, _, _ in script)
+    assert sorted(w for t in translations for w in t) == sorted(w.upper() for w in script)
 
 
 def test_agree_gap_reaches_the_policy_and_the_cli(capsys):
