@@ -12,6 +12,10 @@ PY     := $(BIN)/python
 STAMP  := $(VENV)/.specscribe-installed
 ASSETS := $(VENV)/.specscribe-assets
 PYTEST_ARGS ?=
+# `make test` runs pytest-xdist workers, one per core (at most 4): tests/conftest.py pins each to its share of
+# the cores with as many OpenMP threads, and --dist loadfile keeps a file's tests (and its module-scoped
+# models) in one worker. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: setup run demo test test-fast clean system-deps-run system-deps-test
 
@@ -52,7 +56,7 @@ demo: setup
 test:
 	@$(MAKE) --no-print-directory system-deps-test
 	@$(MAKE) --no-print-directory setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast:  # unit tests only: no browser needed
 	@$(MAKE) --no-print-directory system-deps-run

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
-import os
 import queue as queue_mod
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Callable, Iterator, Sequence, TextIO
 import numpy as np
 
 from specscribe.models.engines import EngineOptions, Transcriber
+from specscribe.machine import usable_cores
 from specscribe.models.errors import ModelError
 from specscribe.pipeline.audio import SAMPLE_RATE, AudioError
 from specscribe.pipeline.inputs import AudioLoader, InputItem, probe_duration, read_item, seconds_after
@@ -213,7 +213,7 @@ def pending(items: Sequence[InputItem], options: BatchOptions) -> tuple[list[Inp
 
 def threads_per_worker(options: BatchOptions, workers: int) -> int:
     """--threads, or this machine's cores shared among the workers."""
-    return options.engine.threads or max(1, (os.cpu_count() or 1) // workers)
+    return options.engine.threads or max(1, usable_cores() // workers)
 
 
 def run_batch(items: Sequence[InputItem], options: BatchOptions, err: TextIO | None = None) -> BatchReport:

@@ -51,7 +51,8 @@ class Hypothesis:
         alternatives: the other n-best hypotheses (request.n_best > 1) as words, ranked.
         language_probs: the detector's probabilities on this audio, when the job ran it (else empty).
         continued: the decode stopped early and the rest of the audio was decoded on its own (transcribe_job).
-        retried: the decode looped and was decoded again with timestamp tokens (transcribe_job).
+        retried: the decode looped and was decoded again with timestamp tokens, and a third time without its
+            prompt if that looped too (transcribe_job).
     """
 
     words: tuple[Word, ...]

@@ -51,6 +51,15 @@ def flags_say_fast_bf16(flags: set[str]) -> bool:
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on: its affinity mask (a container's cpuset, `taskset`, a pinned test
+    worker), not every CPU of the host as os.cpu_count() says."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
     """(stolen, total) CPU ticks of all cores since boot; None where /proc/stat is unreadable."""
     try:
@@ -81,7 +90,8 @@ def machine_info(compute_type: str | None = None, since: tuple[int, int] | None 
         "cpu_signature": cpu_signature(),  # cpu family/model/stepping
         "cpu_flags": {f: f in flags for f in FLAGS_OF_INTEREST},
         "fast_bf16": cpu_has_fast_bf16(flags),
-        "cores": os.cpu_count(),
+        "cores": usable_cores(),
+        "host_cores": os.cpu_count(),
         "python": platform.python_version(),
     }
     try:

@@ -37,3 +37,24 @@ def test_an_unreadable_or_bare_cpuinfo_gives_no_signature_and_no_flags(tmp_path:
     bare = tmp_path / "bare"
     bare.write_text("processor\t: 0\nmodel name\t: ARM thing\n")
     assert cpu_signature(bare) is None and cpu_model(bare) == "ARM thing"
+
+
+def test_usable_cores_follow_the_affinity_mask_and_batch_workers_share_them(monkeypatch):
+    import os
+
+    from specscribe import machine
+    from specscribe.models.engines import EngineOptions
+    from specscribe.pipeline.batch import BatchOptions, threads_per_worker
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 5, 7, 9}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert machine.usable_cores() == 4  # a cpuset of 4 on a 64-CPU host
+    options = BatchOptions(engine=EngineOptions())
+    assert threads_per_worker(options, 2) == 2 and threads_per_worker(options, 8) == 1
+    assert threads_per_worker(BatchOptions(engine=EngineOptions(threads=3)), 2) == 3  # --threads wins
+
+    def no_affinity(pid):
+        raise AttributeError
+
+    monkeypatch.setattr(os, "sched_getaffinity", no_affinity)
+    assert machine.usable_cores() == 64  # not Linux: every CPU
