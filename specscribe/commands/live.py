@@ -119,10 +119,11 @@ def run(args: argparse.Namespace) -> int:
         beam_size=args.beam_size,
         hotwords=args.hotwords.strip(),
     )
-    return asyncio.run(_live(source, transcriber, options, args.output))
+    realtime = args.realtime or not args.input  # a microphone, or a file played at its own pace
+    return asyncio.run(_live(source, transcriber, options, args.output, realtime))
 
 
-async def _live(source, transcriber, options, output: str | None) -> int:
+async def _live(source, transcriber, options, output: str | None, realtime: bool = True) -> int:
     import asyncio
     import contextlib
     import signal
@@ -197,7 +198,7 @@ async def _live(source, transcriber, options, output: str | None) -> int:
         await scheduler.close()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.remove_signal_handler(signal.SIGINT)
-    for line in summary(next((e.stats for e in events if e.type == "stats"), None) or {}):
+    for line in summary(next((e.stats for e in events if e.type == "stats"), None) or {}, realtime):
         print(line, file=sys.stderr)
     if error is not None:
         print(f"specscribe live: error: {error}", file=sys.stderr)
@@ -205,13 +206,14 @@ async def _live(source, transcriber, options, output: str | None) -> int:
     return 0
 
 
-def summary(stats: dict) -> list[str]:
+def summary(stats: dict, realtime: bool = True) -> list[str]:
     """The lines `live` ends with: the stream's figures, and a word when its decodes fell behind the audio (its own
-    load level, pipeline/load.py; on a CPU too slow for the model, partials then come further apart)."""
+    load level, pipeline/load.py; on a CPU too slow for the model, partials then come further apart). Not for a
+    file read as fast as possible (--input without --realtime): its audio always outruns the decodes."""
     tpp = stats.get("tokens_per_target_pass") or 0
     lines = [f"[{stats.get('audio_s', 0):.1f} s audio, real-time factor {stats.get('rtf', 0):.2f}, "
              + (f"{tpp:.2f} tokens per target pass, " if tpp else "") + f"{stats.get('finals', 0)} finals]"]
-    if (level := (stats.get("stream_load") or {}).get("level_max", 0)) > 0:
+    if realtime and (level := (stats.get("stream_load") or {}).get("level_max", 0)) > 0:
         lines.append(f"[decodes fell behind the audio (own load level {level} of 3): partials came further apart; a "
                      "faster CPU keeps up, or for English --model tiny.en (faster, less accurate: docs/benchmarks.md)]")
     return lines
