@@ -109,6 +109,7 @@ CONFIGS = {
     "spec-nohold": Config(hold_unsure=False),  # an utterance's last hypothesis all final at a pause
     "spec-pause": Config(pause_commit=0.3),  # commit at 0.3 s of silence, before the VAD's end (0.6 s)
     "spec-kc4": Config(keep_context=4.0),
+    "spec-kc14": Config(keep_context=14.0),  # more of the conversation before an utterance in its window
     "spec-kc0": Config(keep_context=0.0),  # the buffer cut at every committed sentence end
     "spec-kc0-pause": Config(keep_context=0.0, pause_commit=0.3),
     "spec-autolang": Config(language=None),
