@@ -27,8 +27,8 @@ from typing import Callable, Iterator, Sequence, TextIO
 
 import numpy as np
 
-from specscribe.models.engines import EngineOptions, Transcriber
 from specscribe.machine import usable_cores
+from specscribe.models.engines import EngineOptions, Transcriber
 from specscribe.models.errors import ModelError
 from specscribe.pipeline.audio import SAMPLE_RATE, AudioError
 from specscribe.pipeline.inputs import AudioLoader, InputItem, probe_duration, read_item, seconds_after

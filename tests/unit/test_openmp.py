@@ -81,7 +81,7 @@ def test_scheduler_releases_the_starting_threads_pool_before_its_model_thread_st
         return True
 
     monkeypatch.setattr(scheduler_module, "release_openmp_pool", record)
-    others = [t.name for t in threading.enumerate()].count("model")  # model threads of other tests still closing
+    others = [t.name for t in threading.enumerate()].count("model")  # model threads other tests left in this process
 
     async def main():
         sched = ModelScheduler(_Fake())
