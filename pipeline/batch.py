@@ -341,6 +341,8 @@ def summary_line(report: BatchReport) -> str:
         parts.append(f"{report.failed} failed")
     if report.skipped:
         parts.append(f"{report.skipped} skipped (outputs exist)")
+    if not report.done:  # nothing decoded (all skipped, failed or missing): no audio figures to give
+        return f"specscribe: {', '.join(parts)}"
     return (
         f"specscribe: {', '.join(parts)}; {report.audio_seconds:.1f} s of audio in "
         f"{report.wall_seconds:.1f} s ({speed:.1f}x real time)"

@@ -63,6 +63,8 @@ def test_split_balances_by_size(tmp_path: Path):
 def test_summary_line():
     line = summary_line(BatchReport(done=2, failed=1, skipped=3, audio_seconds=60.0, wall_seconds=6.0))
     assert line == "specscribe: 2 transcribed, 1 failed, 3 skipped (outputs exist); 60.0 s of audio in 6.0 s (10.0x real time)"
+    # a rerun with --skip-existing that had nothing left to do: no "0.0 s of audio in 0.3 s (0.0x real time)"
+    assert summary_line(BatchReport(done=0, skipped=3, wall_seconds=0.3)) == "specscribe: 0 transcribed, 3 skipped (outputs exist)"
 
 
 def test_lanes_for_file_fills_the_batch_and_keeps_whole_files_when_it_can():
