@@ -335,7 +335,6 @@ def _run_workers(items: Sequence[InputItem], options: BatchOptions, n: int, err:
 
 
 def summary_line(report: BatchReport) -> str:
-    speed = report.audio_seconds / report.wall_seconds if report.wall_seconds else 0.0
     parts = [f"{report.done} transcribed"]
     if report.failed:
         parts.append(f"{report.failed} failed")
@@ -343,6 +342,7 @@ def summary_line(report: BatchReport) -> str:
         parts.append(f"{report.skipped} skipped (outputs exist)")
     if not report.done:  # nothing decoded (all skipped, failed or missing): no audio figures to give
         return f"specscribe: {', '.join(parts)}"
+    speed = report.audio_seconds / report.wall_seconds if report.wall_seconds else 0.0
     return (
         f"specscribe: {', '.join(parts)}; {report.audio_seconds:.1f} s of audio in "
         f"{report.wall_seconds:.1f} s ({speed:.1f}x real time)"
