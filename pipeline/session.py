@@ -23,7 +23,6 @@ decoded: without VAD speech the buffer is dropped. A speech end commits the utte
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import time
@@ -31,18 +30,19 @@ from typing import Callable
 
 import numpy as np
 
-from specscribe.models.types import DecodeRequest, SpecStats
+from specscribe.models.types import DecodeRequest
 from specscribe.pipeline.alternatives import final_alternatives
 from specscribe.pipeline.caption_events import CaptionEvents
 from specscribe.pipeline.decode_window import choose_window
 from specscribe.pipeline.audio import SAMPLE_RATE, clean_samples
 from specscribe.pipeline.language import LanguageOptions, LanguageTracker
-from specscribe.pipeline.load import LagMeter
 from specscribe.pipeline.lookahead import Lookahead
+from specscribe.pipeline.pending_audio import PendingAudio
 from specscribe.pipeline.policy import LocalAgreement, LocalAgreementOptions, StreamingPolicy
 from specscribe.pipeline.ring_buffer import RingBuffer
 from specscribe.pipeline.scheduler import WITHDRAWN, ModelScheduler, Priority
 from specscribe.pipeline.stream_jobs import DecodeFixes, Hypothesis, max_tokens_for, transcribe_job
+from specscribe.pipeline.stream_stats import StreamStats
 from specscribe.pipeline.translations import Translations
 from specscribe.pipeline.types import CaptionEvent, StreamOptions
 from specscribe.pipeline.vad import NoVad, SileroVad, VadEvent, VadOptions
@@ -90,11 +90,9 @@ class StreamSession:
         self._vad = vad
         self._ahead = Lookahead(vad)  # hears the audio that waits while a job runs (lookahead)
         self._policy = policy or LocalAgreement(policy_options(options))
-        self._lag = LagMeter(scheduler.options.load)  # this stream's own decode turnaround (own_load)
-        self._own_level_max = 0  # the highest level of self._lag so far (stats: stream_load)
+        self._figures = StreamStats(scheduler.options.load)  # totals, and this stream's own load (own_load)
         self._ring = RingBuffer(int((options.max_buffer + 20.0) * SAMPLE_RATE))
-        self._pending: collections.deque[np.ndarray] = collections.deque()
-        self._pending_n = 0
+        self._pending = PendingAudio()
         self._updating = False  # an UPDATE job is in flight
         self._lock = asyncio.Lock()
         self._pad = int(options.speech_pad * SAMPLE_RATE)
@@ -111,11 +109,9 @@ class StreamSession:
         self._translations = None  # committed finals, translated a group at a time (pipeline/translations.py)
         if options.translate and options.task == "transcribe":
             self._translations = Translations(scheduler, session_id, options.encoder_pad, options.draft, self._event,
-                                              functools.partial(self._account, counter="translations"))
+                                              functools.partial(self._figures.account, counter="translations"))
         self._captions = CaptionEvents(options.lines, options.interim_results, self._event,
                                        self._translations.add if self._translations is not None else None)
-        self._stats = SpecStats()
-        self._counts = collections.Counter()
         self._model_s0 = scheduler.model_seconds(session_id)  # a connection's sessions share its id
         self._finished = False
 
@@ -126,8 +122,7 @@ class StreamSession:
             raise RuntimeError("insert_audio() after finish()")
         x = clean_samples(samples)
         if x.size:
-            self._pending.append(x)
-            self._pending_n += x.size
+            self._pending.put(x)
             self._ahead.inserted(x.size)
 
     def lookahead(self, samples: np.ndarray) -> bool:
@@ -147,7 +142,7 @@ class StreamSession:
 
     @property
     def pending_seconds(self) -> float:
-        return self._pending_n / SAMPLE_RATE
+        return self._pending.samples / SAMPLE_RATE
 
     @property
     def language(self) -> str | None:
@@ -179,45 +174,12 @@ class StreamSession:
 
     def stats(self) -> dict:
         """SpecStats totals plus stream figures (audio and compute seconds, real-time factor)."""
-        audio_s = self._ring.end / SAMPLE_RATE
         compute_s = self.scheduler.model_seconds(self.session_id) - self._model_s0
-        out = self._stats.to_dict()
-        out.update(
-            audio_s=round(audio_s, 3),
-            compute_s=round(compute_s, 3),
-            rtf=round(compute_s / audio_s, 4) if audio_s else 0.0,
-            updates=self._counts["updates"],
-            withdrawn=self._counts["withdrawn"],
-            translations=self._counts["translations"],
-            rejected=self._counts["rejected"],
-            continued=self._counts["continued"],
-            retried=self._counts["retried"],
-            finals=self._captions.finals,
-            stream_load=self._stream_load(),
-        )
-        return out
-
-    def _stream_load(self) -> dict:
-        """This stream's own load (its decodes' turnaround, pipeline/load.py): now and its highest level. It sets
-        only the update interval (_update_factor), so keep_context and hold_unsure are left out."""
-        own = self._lag.load().to_dict()
-        return {**{k: own[k] for k in ("level", "lag_s", "update_factor")}, "level_max": self._own_level_max}
+        return self._figures.to_dict(self._ring.end / SAMPLE_RATE, compute_s, self._captions.finals)
 
     # ---- internals ----
     def _event(self, type_: str, **fields) -> CaptionEvent:
         return CaptionEvent(type=type_, emitted_at=self._clock() - self._t0, **fields)
-
-    def _take(self, limit: int) -> np.ndarray:
-        parts, n = [], 0
-        while self._pending and n < limit:
-            chunk = self._pending.popleft()
-            if n + chunk.size > limit:
-                self._pending.appendleft(chunk[limit - n :])
-                chunk = chunk[: limit - n]
-            parts.append(chunk)
-            n += chunk.size
-        self._pending_n -= n
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     async def _process(self) -> list[CaptionEvent]:
         events: list[CaptionEvent] = []
@@ -225,7 +187,7 @@ class StreamSession:
             # Slices keep the decoded span under max_buffer even when much audio waits.
             room = self.options.max_buffer - (self._ring.end / SAMPLE_RATE - self._policy.window()[0])
             limit = int(min(max(room, 1.0), 10.0) * SAMPLE_RATE) if self._in_speech else int(10.0 * SAMPLE_RATE)
-            chunk = self._take(limit)
+            chunk = self._pending.take(limit)
             self._ring.append(chunk)
             vad_events = self._vad.process(chunk)
             self._ahead.heard()
@@ -255,7 +217,7 @@ class StreamSession:
         """update_interval is multiplied by this: by the scheduler's load level, or by this stream's own if higher
         (options.own_load; pipeline/load.py). Only the interval: the kept context (what Whisper hears a short turn
         with) and the held unsure words follow the scheduler's load alone (docs/benchmarks.md, AVX2 EPYC)."""
-        own = self._lag.load().update_factor if self.options.own_load else 1
+        own = self._figures.lag.load().update_factor if self.options.own_load else 1
         return max(self.scheduler.load.update_factor, own)
 
     def _pause_due(self) -> bool:
@@ -286,7 +248,7 @@ class StreamSession:
             if start - self._speech_end > CONTEXT_GAP * SAMPLE_RATE:  # after a long pause: a new utterance
                 events = await self._release_held()
                 self._policy.skip(start / SAMPLE_RATE)
-                self._lag.reset()  # its decodes start short again, without the context the lag was measured with
+                self._figures.lag.reset()  # its decodes start short again, without the context the lag was measured with
             if self._tracker is not None:
                 self._tracker.new_utterance()  # its language is checked afresh
             self._utterance_start = start
@@ -373,16 +335,10 @@ class StreamSession:
             finally:
                 self._updating = False
             if hyp is WITHDRAWN:  # an update taken back (withdraw_update, lookahead): no news
-                self._counts["withdrawn"] += 1
+                self._figures.count("withdrawn")
                 return []
-            self._lag.observe(self._clock() - submitted)
-            self._own_level_max = max(self._own_level_max, self._lag.load().level)
+            self._figures.decoded(hyp, self._clock() - submitted)
             self._decoded_to = end
-            self._account(hyp.stats, "updates")
-            if hyp.rejected:
-                self._counts["rejected"] += 1
-            self._counts["continued"] += hyp.continued
-            self._counts["retried"] += hyp.retried
             if hyp.language_probs and self._tracker is not None:
                 heard = self._observe_language(hyp.language_probs, max(start, self._utterance_start), end)
             if final and not hyp.words:
@@ -436,10 +392,6 @@ class StreamSession:
         else:
             self._draft_tokens = ()
             self._draft_text = "".join(w.text for w in hyp.words if w.start >= buffer_start - 0.02)
-
-    def _account(self, stats: SpecStats, counter: str) -> None:
-        self._stats = self._stats + stats
-        self._counts[counter] += 1
 
     def _translate(self, force: bool) -> None:
         """Start translating the finals grouped so far, when due (pipeline/translations.py); its event comes
