@@ -272,13 +272,14 @@ def lane_program(
             )
             if skipped or not result.segments:
                 continue
-            segments = with_alternatives(result.segments, result.alternatives, transcriber.decode_tokens)
-            if options.multilingual:
-                segments = tuple(replace(s, language=result.language) for s in segments)
-            if options.word_timestamps and task == main_task:
+            segments = result.segments
+            if options.word_timestamps and task == main_task:  # first: it rebuilds the segments from result's
                 ts = time.perf_counter()
                 segments = transcriber.align_words(encoded, result)
                 t_align += time.perf_counter() - ts
+            segments = with_alternatives(segments, result.alternatives, transcriber.decode_tokens)
+            if options.multilingual:
+                segments = tuple(replace(s, language=result.language) for s in segments)
             before = floors[task]
             shifted, floors[task] = _shift(segments, window.offset, window.duration, floors[task])
             # a re-decoded remainder may repeat what the other task already covered

@@ -233,6 +233,31 @@ def test_word_timestamps_shifted_inside_segments():
     assert seg.start <= seg.words[0].start and seg.words[-1].end <= seg.end
 
 
+def test_word_timestamps_keep_each_segments_language_and_alternatives():
+    """Aligning words rebuilds the segments from the decode's; the per-window language (--multilingual) and the
+    n-best spans (--n-best) are added to the aligned segments, not lost with the unaligned ones."""
+    from dataclasses import replace
+
+    from specscribe.models.types import Alternative
+
+    class NBest(FakeTranscriber):
+        def decode(self, encoded, request):
+            result = super().decode(encoded, request)
+            best = tuple(t for seg in result.segments for t in seg.tokens)
+            return replace(result, alternatives=(Alternative(" one two", best, -0.1), Alternative(" one too", best[:1] + (9,), -0.9)))
+
+        def decode_tokens(self, tokens):
+            return " ".join(str(t) for t in tokens)
+
+    fake = NBest(scripts={(1, "transcribe"): Script(" one two", ((0.0, 1.0, " one two"),))})
+    fake.detect_language = lambda encoded: ("en", 0.9)
+    tr = run(fake, [(30.0, 33.0)], 40.0, word_timestamps=True, multilingual=True)
+    seg = tr.segments[0]
+    assert fake.aligned == 1 and [w.text for w in seg.words] == [" one", " two"]
+    assert seg.language == "en"
+    assert [a.tokens for a in seg.alternatives] == [(0, 1), (0, 9)]
+
+
 def test_early_end_of_window_decodes_the_rest_again():
     # the first decode covers only 0-4 s of a 25 s speech window; the rest is re-encoded at its real offset
     fake = FakeTranscriber(scripts={(1, "transcribe"): Script(" start.", ((0.0, 4.0, " start."),))})
