@@ -94,6 +94,8 @@ class _Group:
         self.prompt = list(prompt)
         if not self.prompt or session.length > len(self.prompt):
             raise ValueError("the prompt must hold the start-of-transcript and more than the session's cache")
+        if len(self.prompt) > options.n_ctx:  # else it would come back empty, as if nothing were said
+            raise ValueError(f"a prompt of {len(self.prompt)} tokens leaves nothing to generate in a context of {options.n_ctx}")
         self.rules, self.options, self.n_best, self.length_penalty = rules, options, n_best, length_penalty
         self.clock = clock
         self.limit = max(0, min(options.max_new_tokens, options.n_ctx - len(self.prompt) + 1))
@@ -256,7 +258,7 @@ class SampleGroup(_Group):
         children = []
         for parent, row, gen in draws:
             probs = torch.softmax(row / temperature, dim=-1)
-            token = int(torch.multinomial(probs, 1, generator=gen))
+            token = int(torch.multinomial(probs.cpu(), 1, generator=gen))  # CPU generators
             lp = float(torch.log_softmax(row, dim=-1)[token])
             if token == eot or len(parent.tokens) + 1 >= self.limit:
                 self._end(parent, token, lp, parent.score + lp)

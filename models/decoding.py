@@ -33,13 +33,19 @@ def build_prompt(
     n_text_ctx: int = 448,
     hotword_tokens: Sequence[int] = (),
 ) -> list[int]:
-    """[<|startofprev|> hotwords[:n_text_ctx//2 - 1] previous[-(n_text_ctx//2 - 1):]] + sot_sequence
-    [+ <|notimestamps|>]. hotword_tokens: the ids of " " + hotwords (faster-whisper's)."""
+    """[<|startofprev|> hotwords previous] + sot_sequence [+ <|notimestamps|>], faster-whisper's layout.
+    hotword_tokens: the ids of " " + hotwords. The text before sot_sequence is at most n_text_ctx // 2 - 1
+    tokens (Whisper's cap on the previous text), the hotwords first and the newest previous tokens in the
+    room they leave: faster-whisper caps each alone, so long hotwords plus a long history made a prompt
+    longer than the context (451 of 448 tokens), which leaves nothing to generate."""
+    cap = n_text_ctx // 2 - 1
     prompt: list[int] = []
     if previous_tokens or hotword_tokens:
         prompt.append(sot_prev)
-        prompt.extend(list(hotword_tokens)[: n_text_ctx // 2 - 1])
-        prompt.extend(list(previous_tokens)[-(n_text_ctx // 2 - 1) :])
+        hot = list(hotword_tokens)[:cap]
+        prompt.extend(hot)
+        room = cap - len(hot)
+        prompt.extend(list(previous_tokens)[-room:] if room else [])
     prompt.extend(sot_sequence)
     if not timestamps:
         prompt.append(no_timestamps)
@@ -129,7 +135,7 @@ def generate(session: DecoderSession, prompt: Sequence[int], rules: LogitRules, 
         logprobs = torch.log_softmax(filtered, dim=-1)
         if options.temperature > 0:
             probs = torch.softmax(filtered / options.temperature, dim=-1)
-            token = int(torch.multinomial(probs, 1, generator=generator))
+            token = int(torch.multinomial(probs.cpu(), 1, generator=generator))  # CPU generators
         else:
             token = int(torch.argmax(filtered))
         sum_logprob += float(logprobs[token])

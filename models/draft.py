@@ -269,7 +269,7 @@ def draft_token(draft: DraftDecoder, head: torch.Tensor, rules: LogitRules | Non
         return int(torch.argmax(logits))
     q = torch.softmax(logits / temperature, dim=-1)  # (V,)
     probs.append(q)
-    return int(torch.multinomial(q, 1, generator=generator))
+    return int(torch.multinomial(q.cpu(), 1, generator=generator))  # CPU generators
 
 
 class DraftDecoderDrafter:

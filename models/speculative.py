@@ -145,6 +145,8 @@ class SpecSequence:
             raise ValueError("the prompt must hold at least the start-of-transcript token")
         if target.length > len(self.prompt):
             raise ValueError(f"target cache holds {target.length} tokens, more than the prompt's {len(self.prompt)}")
+        if len(self.prompt) > options.n_ctx:  # else it would come back empty, as if nothing were said
+            raise ValueError(f"a prompt of {len(self.prompt)} tokens leaves nothing to generate in a context of {options.n_ctx}")
         self.target, self.rules, self.drafter, self.options = target, rules, drafter, options
         self.generator, self.clock = generator, clock
         # the plain loop's limit: no pass writes beyond n_ctx, so at most n_ctx - P + 1 tokens

@@ -67,9 +67,9 @@ def verify_sampling(
             else:
                 residual = torch.clamp(p - q, min=0)
                 total = float(residual.sum())
-                token = int(torch.multinomial(residual / total if total > 0 else p, 1, generator=generator))
+                token = int(torch.multinomial((residual / total if total > 0 else p).cpu(), 1, generator=generator))
         else:
-            token = int(torch.multinomial(p, 1, generator=generator))
+            token = int(torch.multinomial(p.cpu(), 1, generator=generator))  # CPU generators: a CUDA row is sampled on the CPU
         lps.append(float(torch.log_softmax(filtered, dim=-1)[token]))
         out.append(token)
         if token == eot or len(out) >= room or not accepted:

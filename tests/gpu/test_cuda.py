@@ -59,6 +59,19 @@ def test_jfk_text_and_short_window_on_cuda(engines, clips_dir):
     assert jiwer.wer(normalize(JFK_TEXT), normalize(text)) < 0.1
 
 
+@pytest.mark.parametrize("best_of", [1, 2])
+def test_seeded_sampling_runs_on_cuda_and_repeats(engines, clips_dir, best_of):
+    """Temperature fallbacks and best-of sample with seeded CPU generators; a CUDA row is sampled on the CPU
+    (a CPU generator cannot draw from a CUDA tensor), so a seed gives the same text twice."""
+    from specscribe.clips import evaluation_windows
+
+    engine, _ = engines
+    encoded = engine.encode(evaluation_windows(clips_dir)["jfk"])
+    request = DecodeRequest(language="en", temperature=0.4, seed=7, best_of=best_of)
+    first, again = (engine.decode(encoded, request) for _ in range(2))
+    assert first.tokens and first.tokens == again.tokens
+
+
 @pytest.mark.parametrize("compute_type", ["float16", "bfloat16"])
 def test_rows_are_batch_invariant_on_cuda(base_model_dir, clips_dir, compute_type):
     """A sequence alone equals the same sequence among 7 random companions in one pass, bit for bit

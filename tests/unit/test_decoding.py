@@ -49,7 +49,16 @@ def test_build_prompt_puts_hotwords_before_the_previous_text_like_faster_whisper
     assert build_prompt([SOT], [], 9, NO_TS, True, hotword_tokens=[40, 41]) == [9, 40, 41, SOT]
     assert build_prompt([SOT], [7, 8], 9, NO_TS, False, hotword_tokens=[40]) == [9, 40, 7, 8, SOT, NO_TS]
     long = build_prompt([SOT], [7], 9, NO_TS, True, hotword_tokens=list(range(100, 400)))
-    assert long[1:224] == list(range(100, 323)) and long[224:] == [7, SOT]
+    assert long[1:] == list(range(100, 323)) + [SOT]  # hotwords fill the cap: no room for the history
+
+
+def test_hotwords_and_history_together_leave_room_to_generate():
+    """Both at their cap made a 451-token prompt in a 448-token context: a decode with nothing to generate,
+    empty and unflagged. Together they now share Whisper's cap, the newest history kept."""
+    prompt = build_prompt([SOT, 1, 2], list(range(1000, 1300)), 9, NO_TS, False, hotword_tokens=list(range(100, 120)))
+    assert prompt == [9, *range(100, 120), *range(1097, 1300), SOT, 1, 2, NO_TS]
+    assert len(prompt) - 5 == 448 // 2 - 1
+    assert max_new_tokens(len(prompt), 224) == 221
 
 
 def test_decode_request_checks_its_search_options():

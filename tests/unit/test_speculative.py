@@ -380,3 +380,18 @@ def test_sampling_with_the_draft_distribution_alone_would_fail_the_test():
     expected = torch.softmax(_p_logits(0)[:SV] / temperature, -1) * n
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 > 16.27  # 0.999 quantile of chi-square(3)
+
+
+def test_a_prompt_longer_than_the_context_is_an_error_not_an_empty_decode():
+    """Before, a 451-token prompt in a 448-token context came back as no tokens at all, which every guard
+    takes for silence; the plain loop (decoding.generate) raises."""
+    from specscribe.models.beam import BeamOptions, BeamSequence
+
+    too_long = list(PROMPT) + [1] * 64
+    opts = SpecOptions(eot=EOT, n_ctx=64)
+    with pytest.raises(ValueError, match="leaves nothing to generate"):
+        generate(TableSession(story, 64), NoRules(), too_long, None, opts)
+    with pytest.raises(ValueError, match="leaves nothing to generate"):
+        BeamSequence(TableSession(story, 64), NoRules(), too_long, opts, BeamOptions(beam_size=2))
+    res, _ = run(None, n_ctx=len(PROMPT))  # a prompt that fills the context still gets its one token
+    assert len(res.tokens) == 1
