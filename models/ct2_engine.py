@@ -132,9 +132,12 @@ class Ct2Engine:
         elif language is None:
             language, language_probability = self.detect_language(encoded)
         tokenizer = self._tokenizer(request.task, language)
+        previous, hotwords = list(request.prompt_tokens), request.hotwords.strip()
+        if hotwords:  # hotwords and history share Whisper's cap, as the spec engine's (decoding.build_prompt)
+            room = MAX_LENGTH // 2 - 1 - min(len(tokenizer.encode(" " + hotwords)), MAX_LENGTH // 2 - 1)
+            previous = previous[-room:] if room else []
         prompt = self._fw.get_prompt(
-            tokenizer, list(request.prompt_tokens), without_timestamps=not request.timestamps,
-            hotwords=request.hotwords.strip() or None,
+            tokenizer, previous, without_timestamps=not request.timestamps, hotwords=hotwords or None,
         )
         max_length = ct2_max_length(request.max_new_tokens, len(prompt))
         if request.temperature > 0:  # faster-whisper's sampled fallback: best_of samples, the best kept
