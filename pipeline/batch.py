@@ -267,59 +267,75 @@ def _split(items: Sequence[InputItem], n: int) -> list[list[InputItem]]:
     return [order[i::n] for i in range(n)]
 
 
-def _worker(items: list[InputItem], options: BatchOptions, events) -> None:
-    """Process entry point: load one model, transcribe its share, report on the events queue."""
+def _worker(index: int, items: list[InputItem], options: BatchOptions, events) -> None:
+    """Process entry point: load one model, transcribe its share, report on the events queue as
+    (worker index, kind, file, reason, seconds)."""
     from specscribe.models.engines import load_transcriber
 
     try:  # options.engine.threads >= 1 here: each engine sets its own (torch's, or CTranslate2's cpu_threads)
         transcriber = load_transcriber(options.engine)
     except ModelError as exc:
-        events.put(("fatal", "", str(exc), 0.0))
+        events.put((index, "fatal", "", str(exc), 0.0))
         return
     def report(item: InputItem, transcript: Transcript | None, reason: str) -> None:
         if transcript is None:
-            events.put(("error", item.display, reason, 0.0))
+            events.put((index, "error", item.display, reason, 0.0))
         else:
-            events.put(("done", item.display, "", transcript.duration))
+            events.put((index, "done", item.display, "", transcript.duration))
 
     try:
         _FileRun(transcriber, options, None, report).run(items, seconds_after([probe_duration(it) for it in items]))
     except ModelError as exc:
-        events.put(("fatal", "", str(exc), 0.0))
+        events.put((index, "fatal", "", str(exc), 0.0))
         return
-    events.put(("exit", "", "", 0.0))
+    events.put((index, "exit", "", "", 0.0))
 
 
-def _run_workers(items: Sequence[InputItem], options: BatchOptions, n: int, err: TextIO, progress: BatchProgress):
+def _run_workers(items: Sequence[InputItem], options: BatchOptions, n: int, err: TextIO, progress: BatchProgress,
+                 target: Callable = _worker):
+    """Transcribe items in n processes. A process that dies without a word (killed, out of memory) loses only
+    its own unfinished files, each reported as failed; the others finish their shares."""
     threads = threads_per_worker(options, n)
     options = replace(options, engine=replace(options.engine, threads=threads))
     ctx = multiprocessing.get_context("spawn")
     events = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(share, options, events), daemon=True) for share in _split(items, n)]
+    shares = _split(items, n)
+    procs = [ctx.Process(target=target, args=(i, share, options, events), daemon=True) for i, share in enumerate(shares)]
     for p in procs:
         p.start()
     done = failed = 0
     audio = 0.0
-    running = len(procs)
+    ended: set[int] = set()  # workers that said "exit" or "fatal", or died
+    reported: set[tuple[int, str]] = set()  # (worker, file) done or failed
     fatal: str | None = None
+
+    def fail(display: str, reason: str) -> None:
+        nonlocal failed
+        failed += 1
+        progress.finish_file(display)
+        _error_line(err, display, reason)
+
     try:
-        while running:
+        while len(ended) < len(procs):
             try:
-                kind, display, reason, seconds = events.get(timeout=5.0)
-            except queue_mod.Empty:  # a worker that died without a word (killed, out of memory)
-                alive = sum(p.is_alive() for p in procs)
-                if alive < running and events.empty():
-                    raise RuntimeError("a worker process died unexpectedly") from None
+                index, kind, display, reason, seconds = events.get(timeout=5.0)
+            except queue_mod.Empty:
+                if not events.empty():
+                    continue
+                for i, p in enumerate(procs):  # a worker that died without a word
+                    if i not in ended and not p.is_alive():
+                        ended.add(i)
+                        why = f"its worker process died (exit code {p.exitcode}: killed, or out of memory?)"
+                        for item in shares[i]:
+                            if (i, item.display) not in reported:
+                                fail(item.display, why)
                 continue
-            if kind == "exit":
-                running -= 1
-            elif kind == "fatal":
-                running -= 1
-                fatal = reason
+            reported.add((index, display))
+            if kind in ("exit", "fatal"):
+                ended.add(index)
+                fatal = reason if kind == "fatal" else fatal
             elif kind == "error":
-                failed += 1
-                progress.finish_file(display)
-                _error_line(err, display, reason)
+                fail(display, reason)
             else:
                 done += 1
                 audio += seconds
