@@ -114,8 +114,10 @@ class DecodeLoop(Protocol):
         """Queue a decode; it joins the next step."""
         ...
 
-    def step(self) -> list[tuple[Hashable, WindowResult]]:
-        """Advance every decode; return those that finished."""
+    def step(self) -> list[tuple[Hashable, WindowResult | Exception]]:
+        """Advance every decode; return those that finished. A decode that failed on its own comes back as its
+        exception, which the caller throws into that decode's program (its file or job fails, the rest go on);
+        an exception raised by step itself is the engine's, for every decode in flight."""
         ...
 
     def cancel(self, tag: Hashable) -> None:
@@ -139,11 +141,14 @@ class SequentialDecodeLoop:
             raise ValueError(f"a decode tagged {tag!r} is already queued")
         self._queue[tag] = (encoded, request)
 
-    def step(self) -> list[tuple[Hashable, WindowResult]]:
+    def step(self) -> list[tuple[Hashable, WindowResult | Exception]]:
         if not self._queue:
             return []
         tag, (encoded, request) = self._queue.popitem(last=False)
-        return [(tag, self.transcriber.decode(encoded, request))]
+        try:
+            return [(tag, self.transcriber.decode(encoded, request))]
+        except Exception as exc:  # one window's decode alone
+            return [(tag, exc)]
 
     def cancel(self, tag: Hashable) -> None:
         self._queue.pop(tag, None)

@@ -91,9 +91,12 @@ class LaneRunner:
             key, lane = item
             self._advance(key, lane, None, done, failed)
 
-    def _advance(self, key, lane: Lane, result: WindowResult | None, done, failed) -> None:
+    def _advance(self, key, lane: Lane, result: WindowResult | Exception | None, done, failed) -> None:
         try:
-            call = next(lane) if result is None else lane.send(result)
+            if isinstance(result, Exception):  # its decode failed (DecodeLoop.step): the lane fails below
+                call = lane.throw(result)
+            else:
+                call = next(lane) if result is None else lane.send(result)
             self.loop.submit(key, call.encoded, call.request)
         except StopIteration as stop:
             done(key, stop.value)

@@ -369,6 +369,8 @@ class ModelScheduler:
                     return self._finish(job, started, value=out)
                 job.program = out
                 call = next(out)
+            elif isinstance(result, Exception):  # its decode failed (DecodeLoop.step): delivered below
+                call = job.program.throw(result)
             else:
                 call = job.program.send(result)
             decodes.submit(tag, call.encoded, call.request)

@@ -62,3 +62,24 @@ def test_failing_idle_work_is_turned_off_and_the_lanes_finish():
     runner.run(iter([("a", lane(3, 1))]), done.__setitem__, lambda k, e: None)
     assert done == {"a": ["result a"] * 3}
     assert log.count("idle") == 1 and runner.idle is None
+
+
+def test_a_decode_that_fails_fails_its_own_lane_and_the_others_finish():
+    """The ct2 engine decodes one window at a time (SequentialDecodeLoop): a window whose decode raises fails its
+    lane (its file), and the other lanes finish; before, the exception ended the whole batch."""
+    from specscribe.models.engines import SequentialDecodeLoop
+
+    class Fake:
+        def decode(self, encoded, request):
+            if encoded.handle == "bad":
+                raise RuntimeError("decoder fault")
+            return f"result {encoded.handle}"
+
+    def one(handle):
+        return (yield DecodeCall(EncodedAudio(1.0, handle), DecodeRequest()))
+
+    done, failed = {}, {}
+    runner = LaneRunner(SequentialDecodeLoop(Fake()), width=2)
+    runner.run(iter([("a", one("a")), ("b", one("bad")), ("c", one("c"))]), done.__setitem__, failed.__setitem__)
+    assert done == {"a": "result a", "c": "result c"}
+    assert list(failed) == ["b"] and str(failed["b"]) == "decoder fault"

@@ -331,6 +331,29 @@ def test_a_failing_decode_step_fails_its_jobs_and_the_loop_recovers():
     run(main())
 
 
+def test_a_decode_that_fails_alone_fails_only_its_job():
+    """A decode loop reports one decode's own failure as its result (SequentialDecodeLoop: the ct2 engine, the
+    REST API); it is thrown into that job's program, and the job beside it in the same loop still finishes."""
+    class OneBad(FakeLoop):
+        def step(self):
+            return [(tag, RuntimeError("bad window") if result == "decoded a" else result)
+                    for tag, result in super().step()]
+
+    engine = FakeEngine()
+    engine.decode_loop = lambda: OneBad(engine)
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        bad = asyncio.ensure_future(scheduler.run("a", job("a", 2)))
+        good = asyncio.ensure_future(scheduler.run("b", job("b", 3)))
+        assert await good == "decoded b"
+        with pytest.raises(RuntimeError, match="bad window"):
+            await bad
+        await scheduler.close()
+
+    run(main())
+
+
 def test_model_seconds_are_counted_per_session():
     engine = FakeEngine()
 
