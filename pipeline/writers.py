@@ -1,23 +1,25 @@
-"""Transcript writers: txt, srt, vtt, json, tsv. Every file is written atomically.
+"""Transcript writers: txt, srt, vtt, json, tsv. Every file is written atomically, with the mode
+open() gives a new file.
 
-Subtitle cues are wrapped to ``max_line_width`` characters and ``max_line_count`` lines. When a
-segment does not fit in one cue and its words are known, it is split into several cues at word
-boundaries, each cue timed by its own words; without words, the text is wrapped and the overflow
-lines go into further cues that share the segment's time in proportion to their length.
+Subtitle cues (wrapped to ``max_line_width`` characters and ``max_line_count`` lines) come from
+pipeline/cues.py. Cue text is escaped as the format needs: ``-->`` (a timing line's arrow) becomes
+``->`` in srt and vtt, and vtt writes ``&``, ``<`` and ``>`` as character references. txt, json and
+tsv keep the text as it is.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
-import tempfile
-import textwrap
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
-from specscribe.models.types import Alternative, Segment, Word
+from specscribe.models.types import Alternative, Segment
+from specscribe.pipeline.cues import Cue, make_cues, segment_cues  # noqa: F401  (Cue, segment_cues: re-exported)
 from specscribe.pipeline.longform import Transcript
 
 FORMATS = ("txt", "srt", "vtt", "json", "tsv")
@@ -40,15 +42,6 @@ class WriterOptions:
     window_stats: bool = False
 
 
-@dataclass(frozen=True)
-class Cue:
-    """One subtitle cue. Attributes: start, end (seconds), lines (already wrapped)."""
-
-    start: float
-    end: float
-    lines: tuple[str, ...]
-
-
 # --- atomic files -------------------------------------------------------------------------
 TEMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" next to <name>: hidden, never an output name
 
@@ -59,7 +52,7 @@ def write_atomic(path: Path, text: str) -> None:
     which the next write of the same path removes)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
@@ -73,6 +66,19 @@ def write_atomic(path: Path, text: str) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """A new ".<name>.<random>.tmp" next to path, opened exclusively with mode 0666 for the umask to
+    cut, as open() makes a new file (mkstemp's 0600 would stay on the output through os.replace)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name", str(path))
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -108,67 +114,19 @@ def format_timestamp(seconds: float, decimal: str = ".", always_hours: bool = Tr
     return f"{head}{minutes:02d}:{secs:02d}{decimal}{ms:03d}"
 
 
-# --- cues -----------------------------------------------------------------------------------
-def _wrap(text: str, width: int) -> list[str]:
-    return textwrap.wrap(text.strip(), width=width, break_long_words=False, break_on_hyphens=False) or [""]
-
-
-_BREAK_AFTER = (".", ",", "!", "?", ";", ":", "…", "。", "，", "！", "？")
-
-
-def _cue(words: Sequence[Word], width: int) -> Cue:
-    return Cue(words[0].start, words[-1].end, tuple(_wrap("".join(w.text for w in words), width)))
-
-
-def _cues_from_words(words: Sequence[Word], width: int, count: int) -> list[Cue]:
-    """Fill cues word by word; on overflow, break after the last punctuation in the second
-    half of the cue if there is one (a clause per cue reads better), else before the word."""
-    cues: list[Cue] = []
-    group: list[Word] = []
-    for word in words:
-        trial = "".join(w.text for w in group + [word])
-        if group and len(_wrap(trial, width)) > count:
-            cut = len(group)
-            for j in range(len(group) - 1, len(group) // 2 - 1, -1):
-                if group[j].text.strip().endswith(_BREAK_AFTER):
-                    cut = j + 1
-                    break
-            cues.append(_cue(group[:cut], width))
-            group = group[cut:]
-        group.append(word)
-    if group:
-        cues.append(_cue(group, width))
-    return cues
-
-
-def segment_cues(segment: Segment, width: int, count: int) -> list[Cue]:
-    """A segment as one or more cues of at most `count` lines of about `width` characters."""
-    lines = _wrap(segment.text, width)
-    if not count or len(lines) <= count:
-        return [Cue(segment.start, segment.end, tuple(lines))]
-    if segment.words:
-        return _cues_from_words(segment.words, width, count)
-    groups = [lines[i : i + count] for i in range(0, len(lines), count)]
-    total = sum(len(" ".join(g)) for g in groups)
-    cues, t = [], segment.start
-    for g in groups:
-        dt = (segment.end - segment.start) * len(" ".join(g)) / total
-        cues.append(Cue(t, t + dt, tuple(g)))
-        t += dt
-    return cues
-
-
-def make_cues(segments: Iterable[Segment], width: int, count: int) -> list[Cue]:
-    cues = [c for seg in segments if seg.text.strip() for c in segment_cues(seg, width, count)]
-    out: list[Cue] = []
-    for cue in cues:  # players dislike overlaps and zero-length cues
-        start = max(cue.start, out[-1].end if out else 0.0)
-        end = max(cue.end, start + 0.001)
-        out.append(Cue(start, end, cue.lines))
-    return out
-
-
 # --- formats --------------------------------------------------------------------------------
+def _no_arrow(line: str) -> str:
+    """A cue line with "-->" would read as a timing line (srt, vtt); "--->" needs two passes."""
+    while "-->" in line:
+        line = line.replace("-->", "->")
+    return line
+
+
+def _vtt_escape(line: str) -> str:
+    """WebVTT cue text may not hold a raw & or < (nor, by the spec's advice, >)."""
+    return _no_arrow(line).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def to_txt(segments: Sequence[Segment]) -> str:
     lines = [s.text.strip() for s in segments if s.text.strip()]
     return "\n".join(lines) + ("\n" if lines else "")
@@ -178,7 +136,7 @@ def to_srt(segments: Sequence[Segment], options: WriterOptions = WriterOptions()
     blocks = []
     for i, cue in enumerate(make_cues(segments, options.max_line_width, options.max_line_count), 1):
         times = f"{format_timestamp(cue.start, ',')} --> {format_timestamp(cue.end, ',')}"
-        blocks.append(f"{i}\n{times}\n" + "\n".join(cue.lines) + "\n")
+        blocks.append(f"{i}\n{times}\n" + "\n".join(map(_no_arrow, cue.lines)) + "\n")
     return "\n".join(blocks)
 
 
@@ -186,7 +144,7 @@ def to_vtt(segments: Sequence[Segment], options: WriterOptions = WriterOptions()
     blocks = ["WEBVTT\n"]
     for cue in make_cues(segments, options.max_line_width, options.max_line_count):
         times = f"{format_timestamp(cue.start)} --> {format_timestamp(cue.end)}"
-        blocks.append(f"{times}\n" + "\n".join(cue.lines) + "\n")
+        blocks.append(f"{times}\n" + "\n".join(map(_vtt_escape, cue.lines)) + "\n")
     return "\n".join(blocks)
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specscribe.models.types import Segment, SpecStats, Word
 from specscribe.pipeline import writers
@@ -229,3 +232,124 @@ def test_write_outputs_removes_the_temp_files_of_a_killed_write(tmp_path: Path):
     write_outputs(_transcript(SEGS), tmp_path / "clip", ("txt",), WriterOptions())
     assert not stale.exists() and other.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [".clip2.txt.abcd.tmp", "clip.txt"]
+
+
+# --- file mode --------------------------------------------------------------------------------
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077], ids=oct)
+def test_outputs_get_the_mode_a_plain_open_gives(tmp_path: Path, umask: int):
+    """mkstemp makes 0600 files and os.replace keeps that: outputs must be 0666 & ~umask, like open()'s."""
+    old = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "one.srt", "x\n")
+        paths = write_outputs(_transcript(SEGS), tmp_path / "clip", writers.FORMATS, WriterOptions())
+        (tmp_path / "plain.txt").write_text("x\n")
+    finally:
+        os.umask(old)
+    want = 0o666 & ~umask
+    assert (tmp_path / "plain.txt").stat().st_mode & 0o777 == want
+    for path in [tmp_path / "one.srt", *paths]:
+        assert path.stat().st_mode & 0o777 == want, path.name
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(writers.TEMP_SUFFIX)]
+
+
+# --- text without spaces ----------------------------------------------------------------------
+ZH = "我们今天要讨论的是人工智能在医疗领域的应用以及它对未来社会可能产生的深远影响和挑战，这是一个非常重要的话题"
+
+
+def test_chinese_wraps_at_characters_and_prefers_punctuation():
+    assert len(ZH) == 53
+    cues = make_cues([Segment(0.0, 8.0, ZH)], width=42, count=2)
+    assert [c.lines for c in cues] == [(ZH[:42], ZH[42:])]  # the 42nd character is "，"
+    cues = make_cues([Segment(0.0, 8.0, ZH)], width=30, count=2)  # no pause before 30: a break at 30
+    assert [c.lines for c in cues] == [(ZH[:30], ZH[30:])]
+    text = "今天天气很好，我们去公园散步吧"  # "，" at 6 of 15: a line of 10 ends after it
+    assert make_cues([Segment(0.0, 3.0, text)], width=10, count=2)[0].lines == ("今天天气很好，", "我们去公园散步吧")
+
+
+def test_no_line_starts_with_closing_punctuation_or_a_thai_mark():
+    lines = make_cues([Segment(0.0, 3.0, "一二三四五。六七八九十")], width=5, count=0)[0].lines
+    assert lines == ("一二三四", "五。六七八", "九十")
+    thai = "สวัสดีครับยินดีต้อนรับสู่การประชุมวันนี้"
+    lines = make_cues([Segment(0.0, 3.0, thai)], width=10, count=0)[0].lines
+    assert "".join(lines) == thai and all(len(line) <= 10 for line in lines)
+    assert not any(unicodedata.category(line[0]) in ("Mn", "Mc") for line in lines)
+
+
+def test_chinese_word_timings_split_into_cues_within_the_width():
+    words = tuple(Word(i * 0.2, i * 0.2 + 0.2, c, 1.0) for i, c in enumerate(ZH))
+    cues = make_cues([Segment(0.0, words[-1].end, ZH, words=words)], width=20, count=1)
+    assert [c.lines for c in cues] == [(ZH[:20],), (ZH[20:40],), (ZH[40:],)]
+    assert [(c.start, c.end) for c in cues] == [(0.0, words[19].end), (words[20].start, words[39].end),
+                                                (words[40].start, words[-1].end)]
+
+
+def test_english_wrapping_and_long_words_unchanged():
+    url = "https://example.com/" + "a" * 40
+    cues = make_cues([Segment(0.0, 2.0, f" see {url} for more")], width=30, count=0)
+    assert cues[0].lines == ("see", url, "for more")
+
+
+# --- the word splitter's guarantee ------------------------------------------------------------
+def _check_cues(cues, words, width, count):
+    for cue in cues:
+        assert 1 <= len(cue.lines) <= count, cue.lines
+        for line in cue.lines:  # only a word longer than the width may pass it, alone on its line
+            assert len(line) <= width or not any(ch.isspace() for ch in line), (width, cue.lines)
+    squeeze = lambda s: "".join(s.split())
+    assert squeeze("".join(line for c in cues for line in c.lines)) == squeeze("".join(w.text for w in words))
+    times = [t for c in cues for t in (c.start, c.end)]  # in order, from the first word to the last
+    assert times == sorted(times) and times[0] == words[0].start and times[-1] == words[-1].end
+
+
+def test_word_split_rechecks_the_rest_after_a_clause_cut():
+    """The reviewer's fuzz: the cut at "xx," left a group that, with the next word, took two lines at count 1."""
+    texts = [" x,", " xxx", " xx,", " xxxxxxxxxxxxxx", " xxxxxxxxxxxxxxx", " xxxxxxxxxxxx", " xxxxxxxxxxxxxx,",
+             " xxxxxxxxxxxxxxxx,", " xxxxx", " xxxx", " xxxxx,", " xxxxx", " x,", " xxxxxxxxx,", " xxxxx"]
+    words = tuple(Word(i * 0.3, i * 0.3 + 0.3, t, 1.0) for i, t in enumerate(texts))
+    seg = Segment(0.0, words[-1].end, "".join(texts), words=words)
+    _check_cues(writers.segment_cues(seg, 42, 1), words, 42, 1)
+
+
+_WORD_TEXT = st.one_of(
+    st.text("abcxyz", min_size=1, max_size=50),
+    st.text("我们今天人工智能のはタイ", min_size=1, max_size=8),
+    st.text("กขคสวัด่้", min_size=1, max_size=8),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), _WORD_TEXT, st.sampled_from(["", "", ",", ".", "，", "。"])), min_size=1, max_size=40),
+    st.integers(4, 50),
+    st.integers(1, 3),
+)
+def test_word_split_never_exceeds_the_line_count(parts, width, count):
+    words = tuple(Word(float(i), i + 1.0, (" " if space else "") + text + punct, 1.0)
+                  for i, (space, text, punct) in enumerate(parts))
+    seg = Segment(0.0, words[-1].end, "".join(w.text for w in words), words=words)
+    _check_cues(writers.segment_cues(seg, width, count), words, width, count)
+
+
+# --- escaping ---------------------------------------------------------------------------------
+MARKUP = [Segment(0.0, 2.0, " Q&A about <b>tags</b> and x < y"), Segment(2.0, 3.0, " step one --> step ---> two")]
+
+
+def test_vtt_escapes_markup_and_arrows():
+    text = to_vtt(MARKUP)
+    assert "Q&amp;A about &lt;b&gt;tags&lt;/b&gt; and x &lt; y\n" in text
+    assert "\nstep one -&gt; step -&gt; two\n" in text
+    assert [l for l in text.splitlines() if "-->" in l] == ["00:00:00.000 --> 00:00:02.000", "00:00:02.000 --> 00:00:03.000"]
+
+
+def test_srt_replaces_arrows_only():
+    text = to_srt(MARKUP)
+    assert "\nQ&A about <b>tags</b> and x < y\n" in text
+    assert "\nstep one -> step -> two\n" in text
+    assert [l for l in text.splitlines() if "-->" in l] == ["00:00:00,000 --> 00:00:02,000", "00:00:02,000 --> 00:00:03,000"]
+
+
+def test_txt_json_tsv_keep_the_text_as_it_is():
+    assert to_txt(MARKUP) == "Q&A about <b>tags</b> and x < y\nstep one --> step ---> two\n"
+    assert to_tsv(MARKUP).splitlines()[2] == "2000\t3000\tstep one --> step ---> two"
+    assert json.loads(to_json(_transcript(MARKUP)))["segments"][0]["text"] == "Q&A about <b>tags</b> and x < y"
