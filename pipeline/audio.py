@@ -50,11 +50,16 @@ class AudioError(Exception):
     """An input that cannot be read as audio. The message names the reason; callers add the file."""
 
 
-def load_audio(source: str | Path | bytes | BinaryIO) -> np.ndarray:
+class AudioTooLong(AudioError):
+    """The audio runs past load_audio's max_seconds (decoding stopped there)."""
+
+
+def load_audio(source: str | Path | bytes | BinaryIO, max_seconds: float | None = None) -> np.ndarray:
     """Decode any file PyAV can read (wav, flac, mp3, m4a, ogg, opus, a video's audio track).
 
     Returns float32 mono samples at SAMPLE_RATE, shape (n_samples,).
-    Raises AudioError with a one-line reason for missing, empty, corrupt or non-audio input.
+    Raises AudioError with a one-line reason for missing, empty, corrupt or non-audio input, and
+    AudioTooLong (an AudioError) as soon as more than max_seconds have decoded (None: no limit).
     """
     import av  # imported here: PyAV is slow to import and only file paths need it
 
@@ -80,11 +85,33 @@ def load_audio(source: str | Path | bytes | BinaryIO) -> np.ndarray:
                 raise AudioError("no audio stream (not an audio or video file?)")
             resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
             parts: list[np.ndarray] = []
+            kept, max_samples = 0, None if max_seconds is None else int(max_seconds * SAMPLE_RATE)
+            decoded, unpack = 0, None
             for frame in container.decode(audio=0):
-                for out in resampler.resample(frame):
+                decoded += 1
+                if unpack is None:
+                    try:
+                        outs = resampler.resample(frame)
+                    except av.error.ArgumentError:
+                        # swresample has no downmix for a channel count without a standard layout
+                        # (9, 11, 13, 15, 17-23, 25 or more channels): average the channels here
+                        if decoded > 1:
+                            raise
+                        unpack = av.AudioResampler(format="flt", layout=frame.layout, rate=frame.sample_rate)
+                        resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
+                if unpack is not None:
+                    outs = [out for mono in _channel_mean(frame, unpack, av) for out in resampler.resample(mono)]
+                for out in outs:
                     parts.append(out.to_ndarray().reshape(-1))
+                    kept += parts[-1].size
+                if max_samples is not None and kept > max_samples:  # stop here, not after decoding it all
+                    raise AudioTooLong(f"longer than {max_seconds:g} s")
+            if unpack is not None:
+                for mono in _channel_mean(None, unpack, av):
+                    parts += [out.to_ndarray().reshape(-1) for out in resampler.resample(mono)]
             for out in resampler.resample(None):  # flush
                 parts.append(out.to_ndarray().reshape(-1))
+            declared = container.duration or 0  # from the header; None where it gives none
     except AudioError:
         raise
     except av.error.InvalidDataError as exc:
@@ -93,9 +120,28 @@ def load_audio(source: str | Path | bytes | BinaryIO) -> np.ndarray:
         raise AudioError(f"cannot decode audio ({type(exc).__name__}: {exc})") from None
 
     if not parts:
-        raise AudioError("no audio samples decoded (empty or corrupt stream)")
+        if not decoded and declared > 0:  # the header promises audio, and none of it decodes
+            raise AudioError("no audio samples decoded (empty or corrupt stream)")
+        return np.zeros(0, dtype=np.float32)  # a valid stream of 0 samples: an empty transcript
     pcm = np.concatenate(parts)
+    if max_samples is not None and pcm.size > max_samples:  # the resampler's flush went past it
+        raise AudioTooLong(f"longer than {max_seconds:g} s")
     return (pcm.astype(np.float32) / 32768.0).astype(np.float32)
+
+
+def _channel_mean(frame, unpack, av) -> list:
+    """Mono float frames, each the mean of the channels of a frame out of `unpack` (None: flush).
+
+    `unpack` turns `frame` into interleaved float at its own rate and channels (no downmix needed),
+    as PyAV's to_ndarray reads past the end of a planar frame with more than 8 channels.
+    """
+    out = []
+    for packed in unpack.resample(frame):
+        x = packed.to_ndarray().reshape(-1, len(packed.layout.channels))  # (n, channels)
+        mono = x.mean(axis=1, dtype=np.float64).astype(np.float32)[None, :]
+        out.append(av.AudioFrame.from_ndarray(mono, format="flt", layout="mono"))
+        out[-1].sample_rate = packed.sample_rate
+    return out
 
 
 def pcm16_to_float(data: bytes) -> np.ndarray:

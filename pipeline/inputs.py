@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -63,16 +65,50 @@ def collect_inputs(args: Sequence[str], stdin: bytes | None = None) -> tuple[lis
 
 
 def _dedupe_stems(items: list[InputItem]) -> list[InputItem]:
-    """Two inputs with the same stem (a.wav, a.mp3) keep their extension in the output name."""
-    counts: dict[Path, int] = {}
-    for item in items:
-        counts[item.stem] = counts.get(item.stem, 0) + 1
-    out = []
-    for item in items:
-        if counts[item.stem] > 1 and item.path is not None:
-            item = replace(item, stem=item.stem.with_name(item.path.name))
-        out.append(item)
-    return out
+    """Output stems made unique, the same way every run (so --skip-existing finds them again).
+
+    An input whose stem no other input has keeps it. Inputs sharing a stem keep their extension
+    (x.wav, x.mp3); where that still clashes, their parent folders go in front, one at a time
+    (a/x.wav, b/x.wav), and as a last resort a number goes after (the same file twice: x.wav, x.wav-2).
+    """
+    counts = Counter(item.stem for item in items)
+    taken = {stem for stem, n in counts.items() if n == 1}
+    stems = [item.stem for item in items]
+    left = [i for i, item in enumerate(items) if counts[item.stem] > 1]
+    level = 0
+    while left:
+        names = {i: _longer_stem(items[i], level) for i in left}
+        if all(name is None for name in names.values()):
+            break
+        clashes = Counter(names.values())
+        for i in list(left):
+            if names[i] is not None and clashes[names[i]] == 1 and names[i] not in taken:
+                stems[i] = names[i]
+                taken.add(names[i])
+                left.remove(i)
+        level += 1
+    for i in left:  # no folder left to tell them apart
+        base = _longer_stem(items[i], 0) or items[i].stem
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = base.with_name(f"{base.name}-{n}")
+        stems[i] = name
+        taken.add(name)
+    return [item if stem == item.stem else replace(item, stem=stem) for item, stem in zip(items, stems)]
+
+
+def _longer_stem(item: InputItem, folders: int) -> Path | None:
+    """The stem with the file's extension and `folders` more of its parent folders in front
+    (None: stdin, or not that many folders)."""
+    if item.path is None:
+        return None
+    stem = item.stem.with_name(item.path.name)
+    parents = Path(os.path.abspath(item.path)).parent.parts[1:]  # without the root (/ or a drive)
+    end = len(parents) - (len(stem.parts) - 1)  # the folders already in the stem (a walked folder's)
+    if folders > end:
+        return None
+    return Path(*parents[end - folders : end], *stem.parts)
 
 
 def probe_duration(item: InputItem) -> float:

@@ -44,6 +44,44 @@ def test_same_stem_keeps_extension_and_stdin_named_stdin(tmp_path: Path):
     assert items[2].path is None and items[2].data == b"RIFF" and items[2].display == "-"
 
 
+def test_same_file_name_in_two_folders_gets_its_folder_in_front(tmp_path: Path):
+    a, b = _touch(tmp_path / "col" / "a" / "x.wav"), _touch(tmp_path / "col" / "b" / "x.wav")
+    c, d = _touch(tmp_path / "col" / "b" / "x.mp3"), _touch(tmp_path / "y.wav")
+    items, _ = collect_inputs([str(a), str(b), str(c), str(d)])
+    assert [str(it.stem) for it in items] == ["a/x.wav", "b/x.wav", "x.mp3", "y"]  # y and x.mp3 as before
+    again, _ = collect_inputs([str(a), str(b), str(c), str(d)])
+    assert [it.stem for it in again] == [it.stem for it in items]  # the same names on every run
+
+
+def test_two_folders_with_the_same_relative_path_get_the_folder_in_front(tmp_path: Path):
+    for top in ("d1", "d2"):
+        _touch(tmp_path / top / "s.wav")
+        _touch(tmp_path / top / "sub" / "t.wav")
+    _touch(tmp_path / "d2" / "only.wav")
+    items, _ = collect_inputs([str(tmp_path / "d1"), str(tmp_path / "d2")])
+    assert [str(it.stem) for it in items] == ["d1/s.wav", "d1/sub/t.wav", "only", "d2/s.wav", "d2/sub/t.wav"]
+
+
+def test_the_same_file_twice_gets_a_number_and_no_name_is_taken_twice(tmp_path: Path):
+    x = _touch(tmp_path / "d" / "x.wav")
+    items, _ = collect_inputs([str(x), str(tmp_path / "d"), str(x), "-", "-"], stdin=b"RIFF")
+    assert [str(it.stem) for it in items] == ["x.wav", "x.wav-2", "x.wav-3", "stdin", "stdin-2"]
+    # a clash must not take a name another input has: here "b/x.wav" is a walked folder's own stem
+    _touch(tmp_path / "w" / "b" / "x.wav.flac")
+    a, b = _touch(tmp_path / "c" / "a" / "x.wav"), _touch(tmp_path / "c" / "b" / "x.wav")
+    items, _ = collect_inputs([str(tmp_path / "w"), str(a), str(b)])
+    assert [str(it.stem) for it in items] == ["b/x.wav", "a/x.wav", "c/b/x.wav"]
+
+
+def test_skip_existing_checks_each_clashing_inputs_own_outputs(tmp_path: Path):
+    a, b = _touch(tmp_path / "in" / "a" / "x.wav"), _touch(tmp_path / "in" / "b" / "x.wav")
+    items, _ = collect_inputs([str(a), str(b)])
+    out = tmp_path / "out"
+    options = BatchOptions(formats=("txt",), output_dir=out, skip_existing=True)
+    _touch(out / items[0].stem.with_name(items[0].stem.name + ".txt"))  # only a/x.wav was done
+    assert [_should_skip(it, options) for it in items] == [True, False]
+
+
 def test_skip_existing_needs_every_output(tmp_path: Path):
     item = InputItem("a.wav", tmp_path / "a.wav", Path("a"))
     options = BatchOptions(formats=("txt", "srt"), output_dir=tmp_path, skip_existing=True)
