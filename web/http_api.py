@@ -24,11 +24,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from specscribe.models.engines import Transcriber
-from specscribe.pipeline.audio import AudioError, load_audio
+from specscribe.pipeline.audio import AudioError, AudioTooLong, load_audio
 from specscribe.pipeline.writers import alternatives_json
 from specscribe.web.protocol import MAX_BEAM, MAX_HOTWORDS
 from specscribe.web.replica import Lifecycle
-from specscribe.web.security import key_ok, origin_ok
+from specscribe.web.security import key_ok, on_loopback, origin_ok
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 FORM_OVERHEAD = 65536  # bytes of multipart framing and text fields allowed on top of max_upload_bytes
@@ -110,6 +110,8 @@ class RestApi:
         self.options = options
         self.lifecycle = lifecycle or Lifecycle()
         self.scheduler: Any = None
+        # decoding and transcribing both hold a slot: a decoded upload is ~230 MB an hour (float32, 16 kHz), so
+        # only the running jobs hold decoded audio; the waiting ones hold their compressed upload only
         self._slots = asyncio.Semaphore(options.max_rest_jobs)
 
     def routes(self) -> list[Route]:
@@ -158,11 +160,11 @@ class RestApi:
             search = search_options(fields)
             if search.get("multilingual") and language is not None:
                 raise ApiError(400, "multilingual detects the language of every window: leave out language", "multilingual")
-            try:
-                audio = await asyncio.to_thread(load_audio, data)
-            except AudioError as exc:
-                raise ApiError(400, f"could not read the uploaded file: {_public_reason(exc)}", "file", "invalid_audio") from None
-            transcript = await self._transcribe(audio, task, language, fields.get("prompt"), words, search)
+            self._check_language(language)
+            async with self._slots:
+                audio = await self._decode(data)
+                del data  # the upload's bytes are not needed past here
+                transcript = await self._transcribe(audio, task, language, fields.get("prompt"), words, search)
         except ApiError as exc:
             return exc.response()
         except Exception:  # a server fault: logged here; the client learns nothing of paths or internals
@@ -172,7 +174,7 @@ class RestApi:
 
     def _check_access(self, request: Request) -> None:
         security = self.options.security
-        if not origin_ok(security, request.headers.get("origin"), request.headers.get("host")):
+        if not origin_ok(security, request.headers.get("origin"), request.headers.get("host"), loopback=on_loopback(request.scope)):
             raise ApiError(403, "origin not allowed")
         if not key_ok(security, request.headers, request.query_params):
             raise ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key")
@@ -208,10 +210,8 @@ class RestApi:
         fields["granularities"] = tuple(form.getlist("timestamp_granularities[]")) + tuple(form.getlist("timestamp_granularities"))
         return fields, data
 
-    async def _transcribe(self, audio, task: str, language: str | None, prompt: str | None, words: bool,
-                          search: dict[str, Any]):
-        from specscribe.pipeline.longform import LongformOptions, transcribe_audio
-
+    def _check_language(self, language: str | None) -> None:
+        """400 for a language the model cannot do, before any decoding."""
         if language is not None and not self.transcriber.is_multilingual and language != "en":
             raise ApiError(400, f"the loaded model is English-only; language {language!r} is not available", "language")
         from specscribe.web.server import model_languages
@@ -219,18 +219,35 @@ class RestApi:
         known = model_languages(self.transcriber)  # None: faster-whisper moved its list; not checked
         if language is not None and known is not None and language not in known:
             raise ApiError(400, "language must be an ISO 639-1 code Whisper knows, such as en, de or fr", "language")
+
+    async def _decode(self, data: bytes):
+        """The upload as 16 kHz float32, at most max_upload_seconds long: a small upload of a low-bitrate format
+        can be hours of audio (114 KB of FLAC decodes to 38 MB), so the decoder stops at the limit (413)."""
+        limit = self.options.max_upload_seconds
+        try:
+            return await asyncio.to_thread(load_audio, data, max_seconds=limit)
+        except AudioTooLong:
+            raise ApiError(413, f"the uploaded audio is longer than the limit of {limit:g} seconds", "file",
+                           "audio_too_long") from None
+        except AudioError as exc:
+            raise ApiError(400, f"could not read the uploaded file: {_public_reason(exc)}", "file", "invalid_audio") from None
+
+    async def _transcribe(self, audio, task: str, language: str | None, prompt: str | None, words: bool,
+                          search: dict[str, Any]):
+        """Called holding a slot (self._slots)."""
+        from specscribe.pipeline.longform import LongformOptions, transcribe_audio
+
         options = LongformOptions(language=language, task=task, word_timestamps=words, initial_prompt=prompt or None,
                                   **search)
         job_id = "rest-" + uuid.uuid4().hex[:8]
         proxy = _ScheduledTranscriber(self.transcriber, self.scheduler, asyncio.get_running_loop(), job_id)
-        async with self._slots:
-            try:
-                return await asyncio.to_thread(transcribe_audio, proxy, audio, options, path="upload")
-            except (ValueError, KeyError):  # the request's options, but their text may name internals
-                log.exception("REST transcription refused")
-                raise ApiError(400, "cannot transcribe this request with these options") from None
-            finally:
-                self.scheduler.forget(job_id)  # the scheduler keeps nothing of a finished request
+        try:
+            return await asyncio.to_thread(transcribe_audio, proxy, audio, options, path="upload")
+        except (ValueError, KeyError):  # the request's options, but their text may name internals
+            log.exception("REST transcription refused")
+            raise ApiError(400, "cannot transcribe this request with these options") from None
+        finally:
+            self.scheduler.forget(job_id)  # the scheduler keeps nothing of a finished request
 
 
 _SEARCH_FIELDS = {  # form field: (type, lowest, highest)

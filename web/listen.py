@@ -87,12 +87,11 @@ class ListenContext:
 
 @dataclass(frozen=True)
 class _Stop:
-    """Inbox item: flush (with the resampler's tail when `tail`: a clean end), optionally send an error, then close with code."""
+    """Inbox item: flush, optionally send an error, then close with code (the reader queued the resampler's tail first)."""
 
     code: int
     error: dict[str, Any] | None = None
     reason: str = "close"
-    tail: bool = False
 
 
 _FINALIZE = "finalize"
@@ -122,6 +121,7 @@ class Connection:
         self._t0 = time.monotonic()
         self.audio_seconds = 0.0  # client audio received, seconds
         self._timeline = Timeline()  # one timeline over the sessions, which restart after each finalize
+        self._resampler: Resampler | None = None  # the reader's; None until the config is known
 
     # ---- entry point ----------------------------------------------------------------------
 
@@ -181,7 +181,8 @@ class Connection:
         try:
             config = P.parse_text(message["text"], expect_config=True, languages=self.ctx.languages)
         except P.ProtocolError as exc:
-            code = P.CloseCode.INVALID_CONFIG if exc.code == P.ErrorCode.INVALID_CONFIG else P.CloseCode.PROTOCOL_ERROR
+            code = {P.ErrorCode.INVALID_CONFIG: P.CloseCode.INVALID_CONFIG,
+                    P.ErrorCode.FRAME_TOO_BIG: P.CloseCode.MESSAGE_TOO_BIG}.get(exc.code, P.CloseCode.PROTOCOL_ERROR)
             await self._fail(exc.code, exc.message, code)
             return None
         assert isinstance(config, P.ClientConfig)
@@ -200,7 +201,7 @@ class Connection:
                     await self._stop_session_limit()
                 else:
                     msg = P.error_message(P.ErrorCode.IDLE_TIMEOUT, f"no frame for {self.limits.idle_timeout:g} s", fatal=True)
-                    self._inbox.put_nowait(_Stop(P.CloseCode.IDLE_TIMEOUT, msg, reason="idle_timeout"))
+                    self._stop(_Stop(P.CloseCode.IDLE_TIMEOUT, msg, reason="idle_timeout"))
                 return
             if message["type"] == "websocket.disconnect":
                 log.info("session %s: client disconnected (code %s)", self.session_id, message.get("code"))
@@ -220,7 +221,7 @@ class Connection:
         """Validate, resample and queue one audio frame. False when the session must stop."""
         if len(data) > self.limits.max_frame_bytes:
             msg = P.error_message(P.ErrorCode.FRAME_TOO_BIG, f"frame of {len(data)} bytes is over the limit of {self.limits.max_frame_bytes}", fatal=True)
-            self._inbox.put_nowait(_Stop(P.CloseCode.MESSAGE_TOO_BIG, msg, reason="error"))
+            self._stop(_Stop(P.CloseCode.MESSAGE_TOO_BIG, msg, reason="error"))
             return False
         try:
             samples = P.decode_audio(data, self.config)
@@ -228,19 +229,7 @@ class Connection:
             self._emit(P.error_message(exc.code, exc.message, fatal=False))
             return True
         self.audio_seconds += self.config.seconds(len(data))
-        chunk = self._resampler.process(samples)
-        if chunk.size:
-            self._backlog += chunk.size / 16_000
-            self._inbox.put_nowait(chunk)
-            if self._session is not None:
-                # the session's VAD hears it ahead: audio that ends the utterance recalls the update in flight
-                # (around a finalize a chunk shown to this session may be inserted into the next one, whose fork
-                # then misses it: at worst one recall is missed, or one update recalled needlessly)
-                self._session.lookahead(chunk)
-                if self._backlog >= self._options.min_silence:
-                    # enough audio waits behind the session's model job to hold the utterance's end: an update
-                    # still queued is stale, and the final must not wait behind it (pipeline/scheduler.py)
-                    self._session.withdraw_update()
+        self._queue(self._resampler.process(samples))
         if self._backlog + self._session_pending() > self.limits.max_backlog_seconds:  # the model cannot keep up
             log.warning("session %s: %.1f s of audio waiting; the server is overloaded", self.session_id, self._backlog)
             self._emit(P.error_message(P.ErrorCode.OVERLOADED, f"the server is {self._backlog:.0f} s behind this stream "
@@ -251,6 +240,31 @@ class Connection:
             await self._stop_session_limit()
             return False
         return True
+
+    def _queue(self, chunk: np.ndarray) -> None:
+        if not chunk.size:
+            return
+        self._backlog += chunk.size / 16_000
+        self._inbox.put_nowait(chunk)
+        if self._session is not None:
+            # the session's VAD hears it ahead: audio that ends the utterance recalls the update in flight
+            # (around a finalize a chunk shown to this session may be inserted into the next one, whose fork
+            # then misses it: at worst one recall is missed, or one update recalled needlessly)
+            self._session.lookahead(chunk)
+            if self._backlog >= self._options.min_silence:
+                # enough audio waits behind the session's model job to hold the utterance's end: an update
+                # still queued is stale, and the final must not wait behind it (pipeline/scheduler.py)
+                self._session.withdraw_update()
+
+    def _queue_tail(self) -> None:
+        """soxr holds back the last samples it was given (1060 at 8 kHz): the end of the last word. Every flush
+        (finalize, and each stop that flushes finals) queues them first."""
+        if self._resampler is not None:
+            self._queue(self._resampler.flush())
+
+    def _stop(self, stop: _Stop) -> None:
+        self._queue_tail()
+        self._inbox.put_nowait(stop)
 
     def _session_pending(self) -> float:
         session = self._session
@@ -264,9 +278,12 @@ class Connection:
             return True
         assert isinstance(control, P.Control)
         if control.type == "finalize":
+            self._queue_tail()
             self._inbox.put_nowait(_FINALIZE)
+            # a fresh filter for the next session: the flushed one cannot go on, and its held samples went above
+            self._resampler = Resampler(self.config.sample_rate, self.config.channels)
         elif control.type == "close":
-            self._inbox.put_nowait(_Stop(P.CloseCode.NORMAL, None, reason="close", tail=True))
+            self._stop(_Stop(P.CloseCode.NORMAL, None, reason="close"))
             return False
         return True  # keepalive: receiving it reset the idle timer
 
@@ -274,11 +291,11 @@ class Connection:
         """Finish the session as a client `close` does (every final, then `stats` with reason "draining"), but
         close with 1001: the server is draining (web/replica.py) and the client should reconnect elsewhere."""
         self._closing = True
-        self._inbox.put_nowait(_Stop(P.CloseCode.GOING_AWAY, None, reason="draining", tail=True))
+        self._stop(_Stop(P.CloseCode.GOING_AWAY, None, reason="draining"))
 
     async def _stop_session_limit(self) -> None:
         msg = P.error_message(P.ErrorCode.SESSION_LIMIT, f"session reached the limit of {self.limits.max_session_seconds:g} s", fatal=True)
-        self._inbox.put_nowait(_Stop(P.CloseCode.SESSION_LIMIT, msg, reason="session_limit"))
+        self._stop(_Stop(P.CloseCode.SESSION_LIMIT, msg, reason="session_limit"))
 
     # ---- processor ------------------------------------------------------------------------
 
@@ -297,10 +314,6 @@ class Connection:
                     await self._flush("finalize", restart=True)
                     fresh = False
                 elif isinstance(item, _Stop):
-                    if item.tail:
-                        tail = self._resampler.flush()
-                        if tail.size:
-                            self._insert(tail)
                     await self._flush(item.reason, restart=False)
                     if item.error is not None:
                         self._emit(item.error)
@@ -349,8 +362,9 @@ class Connection:
                 await self.ws.close(code=message[1])
                 self._done.set()
                 return
+            text = P.dumps(message)  # outside the try: a fault here is the server's (the guard's), not a disconnect
             try:
-                await self.ws.send_text(P.dumps(message))
+                await self.ws.send_text(text)
             except Exception:  # the client went away while we wrote
                 self._done.set()
                 return
@@ -381,10 +395,12 @@ class Connection:
             raise
         except Exception:
             log.exception("session %s: internal error", self.session_id)
+            if asyncio.current_task().get_name().startswith("write-"):  # no writer left to send them: send them here
+                await self._fail(P.ErrorCode.INTERNAL, "internal server error; the session ends", P.CloseCode.INTERNAL_ERROR)
+                self._done.set()
+                return
             self._emit(P.error_message(P.ErrorCode.INTERNAL, "internal server error; the session ends", fatal=True))
             self._emit(("close", P.CloseCode.INTERNAL_ERROR))
-            if asyncio.current_task().get_name().startswith("write-"):
-                self._done.set()
 
 
 async def _receive(ws: Any, timeout: float | None) -> dict[str, Any]:

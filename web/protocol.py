@@ -314,7 +314,24 @@ def busy_message(max_clients: int, reason: str = "max_clients") -> dict[str, Any
 
 
 def dumps(message: dict[str, Any]) -> str:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """A server message as JSON text. A figure that is NaN or infinite (a model fault: a word's probability out of
+    NaN logits) goes out as null rather than as invalid JSON or a fault that would end the session; anything else
+    that JSON cannot hold raises (TypeError), a server fault."""
+    try:
+        return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # non-finite floats: the rare path, so the common one walks nothing
+        return json.dumps(_finite(message), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """value with every non-finite float (numpy's float64 included) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _bad_config(message: str) -> ProtocolError:

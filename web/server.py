@@ -35,7 +35,7 @@ from specscribe.pipeline.types import StreamOptions
 from specscribe.web import protocol as P
 from specscribe.web.listen import ClientSlots, Connection, ListenContext, SessionFactory
 from specscribe.web.replica import Lifecycle, Phase, ReplicaServer, load_in_thread
-from specscribe.web.security import SecurityOptions, key_ok, origin_ok
+from specscribe.web.security import LOOPBACK_SCOPE, SecurityOptions, is_loopback_host, key_ok, on_loopback, origin_ok
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,8 @@ class ServerOptions:
         security: API key and allowed origins.
         stream_defaults: StreamOptions that each client's config is applied on.
         max_upload_bytes: largest file accepted by the REST endpoint.
+        max_upload_seconds: longest audio a REST upload may decode to (413 beyond it; decoding stops there): the
+            byte limit alone lets a low-bitrate file decode to tens of GB (float32, 16 kHz: ~230 MB an hour).
         max_rest_jobs: REST transcriptions run at once (more wait their turn).
         scheduler: the model scheduler's options (decode width, load policy).
         max_connections: open connections (HTTP and WebSocket together) before new requests get
@@ -74,6 +76,7 @@ class ServerOptions:
     security: SecurityOptions = field(default_factory=SecurityOptions)
     stream_defaults: StreamOptions = field(default_factory=StreamOptions)
     max_upload_bytes: int = 200 * 1024 * 1024
+    max_upload_seconds: float = 4 * 3600.0
     max_rest_jobs: int = 2
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     max_connections: int = 64
@@ -153,8 +156,8 @@ def create_app(
 
     async def listen(ws: WebSocket) -> None:
         headers, query = ws.headers, ws.query_params
-        if not origin_ok(options.security, headers.get("origin"), headers.get("host")):
-            log.info("rejected WebSocket from origin %r", headers.get("origin"))
+        if not origin_ok(options.security, headers.get("origin"), headers.get("host"), loopback=on_loopback(ws.scope)):
+            log.info("rejected WebSocket from origin %r (Host %r)", headers.get("origin"), headers.get("host"))
             await _deny(ws, 403, "origin not allowed")
             return
         if not key_ok(options.security, headers, query):
@@ -245,13 +248,20 @@ def model_languages(transcriber: Transcriber) -> frozenset[str] | None:
 
 class _Outer:
     """Outermost ASGI layer: keeps the server's raw send() in the scope and adds security headers.
-    Carries the app's Lifecycle for the server that runs it (serve, BackgroundServer)."""
+    Carries the app's Lifecycle for the server that runs it (serve, BackgroundServer), which tells it the
+    address it listens on (listening_on): whether it is loopback goes into every scope (web/security.py)."""
 
     def __init__(self, app, lifecycle: Lifecycle) -> None:
         self.app = app
         self.lifecycle = lifecycle
+        self.loopback: bool | None = None  # None: not told; security.on_loopback then asks the connection
+
+    def listening_on(self, sock: socket.socket) -> None:
+        self.loopback = is_loopback_host(str(sock.getsockname()[0]))
 
     async def __call__(self, scope, receive, send) -> None:
+        if self.loopback is not None:
+            scope[LOOPBACK_SCOPE] = self.loopback
         if scope["type"] == "websocket":
             scope[RAW_SEND] = send
             await self.app(scope, receive, send)
@@ -318,6 +328,7 @@ def uvicorn_config(app: Any, options: ServerOptions, log_level: str = "warning")
 async def serve(app: Any, sock: socket.socket, options: ServerOptions, log_level: str = "warning") -> None:
     """Serve app (create_app's) on an already bound socket until interrupted, or drained after a SIGTERM.
     Raises the model's load error when it failed to load."""
+    app.listening_on(sock)
     server = ReplicaServer(uvicorn_config(app, options, log_level), app.lifecycle, options.drain_timeout)
     await server.serve(sockets=[sock])
 
@@ -333,6 +344,7 @@ class BackgroundServer:
 
         self.sock = bind_socket(host, 0)
         self.port = self.sock.getsockname()[1]
+        app.listening_on(self.sock)
         self.server = ReplicaServer(uvicorn_config(app, options), app.lifecycle, options.drain_timeout)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.http_url = f"http://{host}:{self.port}"

@@ -62,6 +62,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="open HTTP + WebSocket connections; beyond it requests get 503 (default: 64, or twice "
                      "--max-clients if that is more)")
     lim.add_argument("--max-upload-mb", type=float, default=200.0, help="largest file for the REST endpoint (default: %(default)s)")
+    lim.add_argument("--max-upload-hours", type=float, default=4.0,
+                     help="longest audio a REST upload may decode to; decoding stops there, 413 (default: %(default)s)")
     lim.add_argument("--drain-timeout", type=float, default=20.0,
                      help="after SIGTERM, seconds open sessions may run on before the server finishes them (finals "
                      "sent, close 1001) and exits; fits Kubernetes' default 30 s grace period (default: %(default)s)")
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_connections is None:
         args.max_connections = max(64, 2 * args.max_clients)
     for name in ("max_clients", "max_connections", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb",
-                 "max_backlog_seconds", "decode_width"):
+                 "max_upload_hours", "max_backlog_seconds", "decode_width"):
         if getattr(args, name) <= 0:
             return _fail(f"--{name.replace('_', '-')} must be positive")
     if args.drain_timeout < 0:
@@ -121,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
                                 settle_after=seconds_or_off(args.settle_after), encoder_pad=args.encoder_pad,
                                 pause_commit=seconds_or_off(args.pause_commit)),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
+        max_upload_seconds=args.max_upload_hours * 3600.0,
         scheduler=SchedulerOptions(width=args.decode_width),
         max_connections=args.max_connections,
         drain_timeout=args.drain_timeout,

@@ -145,3 +145,82 @@ def test_verbose_json_carries_segment_alternatives_and_language():
     assert seg["language"] == "en"
     assert seg["alternatives"] == [{"text": "ask not", "tokens": [1, 2], "avg_logprob": -0.1},
                                    {"text": "asked not", "tokens": [3, 2], "avg_logprob": -0.4}]
+
+
+class _Transcript:
+    text, language, duration, segments, windows = "ok", "en", 0.0, (), ()
+
+
+def test_an_upload_longer_than_max_upload_seconds_gets_413(monkeypatch):
+    """The byte limit alone lets a low-bitrate upload decode to hours of float32 (docs/security.md, Limits)."""
+    import specscribe.pipeline.longform as longform
+
+    monkeypatch.setattr(longform, "transcribe_audio", lambda *a, **k: _Transcript())
+    options = ServerOptions(max_upload_seconds=1.0)
+    with ServerThread(create_app(FakeTranscriber(), options, FakeSession), options) as srv:
+        r = post(srv, files={"file": ("a.wav", _wav(2.0))}, key=None)
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["param"] == "file" and r.json()["error"]["code"] == "audio_too_long"
+        assert "1 seconds" in r.json()["error"]["message"]
+        assert post(srv, files={"file": ("a.wav", _wav(0.5))}, key=None).json() == {"text": "ok"}
+    assert ServerOptions().max_upload_seconds >= 3600  # the default takes hours of audio
+
+
+def test_load_audio_stops_decoding_at_max_seconds():
+    """The limit stops the decoder where it is passed; it does not decode everything and then check."""
+    from specscribe.pipeline.audio import AudioError, AudioTooLong, load_audio
+
+    class Counted(io.BytesIO):
+        read_bytes = 0
+
+        def read(self, n=-1):
+            out = super().read(n)
+            self.read_bytes += len(out)
+            return out
+
+    data = _wav(60.0)  # 1.9 MB
+    source = Counted(data)
+    with pytest.raises(AudioTooLong):
+        load_audio(source, max_seconds=1.0)
+    assert source.read_bytes < len(data) // 4  # PyAV reads ahead (~0.2 MB here), not the whole file
+    assert issubclass(AudioTooLong, AudioError)  # callers that catch AudioError keep working
+    assert load_audio(data, max_seconds=60.0).size == 60 * 16000
+    assert load_audio(data).size == 60 * 16000  # no limit by default
+
+
+def test_uploads_are_decoded_only_while_they_hold_a_job_slot(monkeypatch):
+    """Decoded audio is big (230 MB an hour): only the max_rest_jobs uploads being transcribed may hold it, so an
+    upload waiting for its turn is decoded when it gets it, not before."""
+    import asyncio
+    import threading
+    import time
+
+    import specscribe.pipeline.longform as longform
+    import specscribe.web.http_api as http_api
+
+    lock, busy, peak = threading.Lock(), [0], [0]
+
+    def tracked(work):
+        def wrapper(*args, **kwargs):
+            with lock:
+                busy[0] += 1
+                peak[0] = max(peak[0], busy[0])
+            try:
+                time.sleep(0.2)
+                return work(*args, **kwargs)
+            finally:
+                with lock:
+                    busy[0] -= 1
+        return wrapper
+
+    monkeypatch.setattr(http_api, "load_audio", tracked(http_api.load_audio))
+    monkeypatch.setattr(longform, "transcribe_audio", tracked(lambda *a, **k: _Transcript()))
+    options = ServerOptions(max_rest_jobs=1)
+    with ServerThread(create_app(FakeTranscriber(), options, FakeSession), options) as srv:
+        async def three():
+            async with httpx.AsyncClient(timeout=30) as client:
+                url = srv.http_url + "/v1/audio/transcriptions"
+                return await asyncio.gather(*(client.post(url, files={"file": ("a.wav", _wav())}) for _ in range(3)))
+
+        assert [r.status_code for r in asyncio.run(three())] == [200] * 3
+    assert peak[0] == 1  # one decode or transcription at a time, never a decode beside a transcription

@@ -387,3 +387,90 @@ def test_search_fields_of_the_config_reach_the_session():
         messages, _ = run(session(srv.ws_url, [config(beam_size=5), '{"type":"close"}']))
     assert (made[0].beam_size, made[0].n_best, made[0].hotwords) == (3, 3, "Kubernetes")  # a beam of K for K alternatives
     assert (made[1].beam_size, made[1].n_best, made[1].hotwords) == (5, 1, "")
+
+
+def _speech_up_to_the_end(rate: int = 8000) -> list:
+    """config, then 0.5 s of one word ("w5") that runs to the last sample, in 0.1 s frames at `rate`."""
+    pcm = to_pcm16(utterance([5], word_s=0.5, gap_s=0.0, rate=rate))
+    return [config(sample_rate=rate), *[pcm[i : i + rate // 5] for i in range(0, len(pcm), rate // 5)]]
+
+
+def test_finalize_flushes_the_resamplers_tail_into_the_session_it_ends(server):
+    """soxr holds back the last samples it was given (1060 at 8 kHz). A finalize must flush them into the session
+    it ends (its last word runs to 0.5 s), not leave them to start the next one (a spurious second "w5")."""
+    messages, code = run(session(server.ws_url, [*_speech_up_to_the_end(), '{"type":"finalize"}', '{"type":"close"}']))
+    finals = [(m["text"], m["end"]) for m in messages if m["type"] == "final"]
+    assert finals == [("w5", 0.5)], finals
+    reasons = [m.get("reason") for m in messages if m["type"] in ("final", "stats")]
+    assert reasons == [None, "finalize", "close"] and code == 1000
+
+
+@pytest.mark.parametrize("limits, close_code", [
+    (replace(LIMITS, idle_timeout=0.6), P.CloseCode.IDLE_TIMEOUT),
+    (replace(LIMITS, max_session_seconds=0.5), P.CloseCode.SESSION_LIMIT),  # reached by the last frame
+])
+def test_every_stop_flushes_the_resamplers_tail_first(limits, close_code):
+    """docs/protocol.md: an idle timeout or the session limit flushes the finals first, the held-back tail too."""
+    with start(limits=limits) as srv:
+        messages, code = run(session(srv.ws_url, _speech_up_to_the_end()))
+    assert [(m["text"], m["end"]) for m in messages if m["type"] == "final"] == [("w5", 0.5)]
+    assert code == close_code
+
+
+class _FaultySession(FakeSession):
+    """With nan_words its finals carry a NaN word probability (as NaN logits would give); with bad_stats its
+    finish() stats hold something JSON cannot (a set)."""
+
+    def __init__(self, *args, nan_words: bool = False, bad_stats: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.nan_words, self.bad_stats = nan_words, bad_stats
+
+    async def _commit(self):
+        from specscribe.pipeline.types import Word
+
+        nan = tuple if not self.nan_words else lambda words: tuple(Word(w.start, w.end, w.text, float("nan")) for w in words)
+        return [replace(e, words=nan(e.words)) if e.type == "final" else e for e in await super()._commit()]
+
+    async def finish(self):
+        events = await super().finish()
+        return [replace(e, stats={**e.stats, "bad": {1}}) if e.type == "stats" and self.bad_stats else e for e in events]
+
+
+def test_a_nan_word_probability_goes_out_as_null_and_the_session_goes_on():
+    options = ServerOptions(limits=LIMITS)
+    app = create_app(FakeTranscriber(), options, lambda s, o, i: _FaultySession(s, o, i, nan_words=True))
+    with ServerThread(app, options) as srv:
+        audio = np.concatenate([utterance([1, 2, 3]), utterance([4, 5], gap_s=0.0)])
+        messages, code = run(session(srv.ws_url, [config(), *chunks(audio), '{"type":"close"}']))
+    finals = [m for m in messages if m["type"] == "final"]
+    assert [f["text"] for f in finals] == ["w1 w2 w3", "w4 w5"] and code == P.CloseCode.NORMAL
+    assert {w["probability"] for f in finals for w in f["words"]} == {None}
+    assert messages[-1]["type"] == "stats"
+
+
+def test_a_message_that_cannot_be_serialized_is_an_internal_error_not_a_disconnect(caplog):
+    """The writer serializes outside its "client went away" handler: the fault is logged, the client gets
+    internal_error and close 1011 (before, the session ended silently with 1006)."""
+    options = ServerOptions(limits=LIMITS)
+    app = create_app(FakeTranscriber(), options, lambda s, o, i: _FaultySession(s, o, i, bad_stats=True))
+    with caplog.at_level("ERROR", logger="specscribe.web.listen"), ServerThread(app, options) as srv:
+        messages, code = run(session(srv.ws_url, [config(), *chunks(utterance([3, 4])), '{"type":"close"}']))
+    assert [m["text"] for m in messages if m["type"] == "final"] == ["w3 w4"]  # sent before the faulty stats
+    last = messages[-1]
+    assert (last["type"], last.get("code"), last.get("fatal")) == ("error", "internal_error", True), last
+    assert code == P.CloseCode.INTERNAL_ERROR
+    assert any("internal error" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_an_oversized_text_frame_is_dropped_after_config_and_fatal_with_1009_as_the_first_frame(server):
+    """docs/protocol.md, Errors: a text frame over 4 KiB loses nothing once a session runs (non-fatal, dropped);
+    as the first frame there is no session to keep, and it closes with 1009 like an oversized audio frame."""
+    big = json.dumps({"type": "keepalive", "pad": "x" * P.MAX_TEXT_FRAME})
+    audio = chunks(utterance([3, 4]))
+    messages, code = run(session(server.ws_url, [config(), audio[0], big, *audio[1:], '{"type":"close"}']))
+    errors = [(m["code"], m["fatal"]) for m in messages if m["type"] == "error"]
+    assert errors == [("frame_too_big", False)]
+    assert [m["text"] for m in messages if m["type"] == "final"] == ["w3 w4"] and code == 1000
+    messages, code = run(session(server.ws_url, [json.dumps({"type": "config", "hotwords": "x" * P.MAX_TEXT_FRAME})]))
+    assert [(m["code"], m["fatal"]) for m in messages] == [("frame_too_big", True)]
+    assert code == P.CloseCode.MESSAGE_TOO_BIG

@@ -220,5 +220,41 @@ def test_origin_rules():
     assert not origin_ok(same, "http://evil.example", "127.0.0.1:8000")
     listed = SecurityOptions(allowed_origins=("https://app.example",))
     assert origin_ok(listed, "https://app.example/", "x:1")
-    assert not origin_ok(listed, "http://127.0.0.1:8000", "127.0.0.1:8000")
+    assert not origin_ok(listed, "http://evil.example", "127.0.0.1:8000")
     assert origin_ok(SecurityOptions(allowed_origins=("*",)), "http://any", "h")
+
+
+def test_allowed_origins_add_to_the_servers_own_page():
+    """--allowed-origin lets other pages in; the server's own page stays allowed (docs/protocol.md, Access)."""
+    listed = SecurityOptions(allowed_origins=("https://app.example",))
+    assert origin_ok(listed, "http://127.0.0.1:8000", "127.0.0.1:8000")
+    assert origin_ok(listed, "http://127.0.0.1:8000", "127.0.0.1:8000", loopback=True)
+    assert origin_ok(listed, "http://192.168.1.5:8000", "192.168.1.5:8000")  # a LAN server's own page
+
+
+def test_same_origin_on_a_loopback_server_needs_a_loopback_host():
+    """DNS rebinding: evil.example resolved to 127.0.0.1 sends an Origin that matches its own Host. A server that
+    listens on loopback only takes same origin from a loopback Host or a listed origin's host."""
+    same, rebound = SecurityOptions(), ("http://evil.example:8000", "evil.example:8000")
+    assert not origin_ok(same, *rebound, loopback=True)
+    assert origin_ok(same, *rebound)  # on 0.0.0.0 or a LAN address, the Host names the server: LAN use works
+    for host in ("localhost:8000", "127.0.0.1:8000", "[::1]:8000", "localhost", "127.0.0.2:1"):
+        scheme_host = f"http://{host}"
+        assert origin_ok(same, scheme_host, host, loopback=True), host
+    assert not origin_ok(same, "http://localhost.evil.example:8000", "localhost.evil.example:8000", loopback=True)
+    proxied = SecurityOptions(allowed_origins=("https://captions.example",))  # behind a TLS proxy that keeps Host
+    assert origin_ok(proxied, "http://captions.example", "captions.example", loopback=True)
+    assert not origin_ok(proxied, *rebound, loopback=True)
+    assert origin_ok(same, None, "evil.example:8000", loopback=True)  # no Origin: not a browser, not a rebinding page
+
+
+def test_dumps_sends_non_finite_figures_as_null_and_raises_on_the_unserializable():
+    """A NaN word probability (NaN logits) must not end a session (web/listen.py's writer); anything else JSON cannot
+    hold is a server fault, raised for the connection's guard to report."""
+    final = CaptionEvent(type="final", emitted_at=0.5, id=0, start=0.0, end=0.5, text="ask",
+                         words=(Word(0.0, 0.5, " ask", float("nan")),))
+    out = json.loads(P.dumps({**final.to_dict(), "stats": {"rtf": float("inf"), "n": [float("-inf"), 1.5]}}))
+    assert out["words"][0]["probability"] is None and out["stats"] == {"rtf": None, "n": [None, 1.5]}
+    assert out["text"] == "ask" and out["end"] == 0.5
+    with pytest.raises(TypeError):
+        P.dumps({"type": "stats", "stats": {"bad": {1, 2}}})

@@ -14,6 +14,7 @@ import pytest
 from web_fakes import FakeSession, FakeTranscriber, ServerThread
 
 from specscribe.web.http_api import ApiError, RestApi
+from specscribe.web.security import SecurityOptions
 from specscribe.web.server import ServerOptions, create_app
 
 SECRET = "/root/.cache/specscribe/models/base/model.bin"
@@ -93,7 +94,7 @@ def test_decoder_internals_are_not_echoed(server, monkeypatch):
     import specscribe.web.http_api as http_api
     from specscribe.pipeline.audio import AudioError
 
-    def fail(data):
+    def fail(data, **kwargs):
         raise AudioError(f"cannot decode audio (InvalidDataError: [Errno 1094995529] Invalid data: '{SECRET}')")
 
     monkeypatch.setattr(http_api, "load_audio", fail)
@@ -147,3 +148,46 @@ def test_a_model_given_as_a_path_is_announced_by_its_name_only():
             ws.send(json.dumps({"type": "config", "sample_rate": 16000}))
             ready = json.loads(ws.recv(timeout=10))
         assert ready["type"] == "ready" and ready["model"] == "large-v3" and "/srv" not in json.dumps(ready)
+
+
+def _handshake_status(srv, host: str, origin: str) -> int:
+    """The HTTP status of a WebSocket handshake to srv (on 127.0.0.1) that says Host `host` and Origin `origin`, as a
+    browser does for a page at `origin` (with DNS rebinding, evil.example resolves to 127.0.0.1)."""
+    import websockets
+    import websockets.sync.client as ws_client
+
+    port = int(srv.http_url.rsplit(":", 1)[1])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        with ws_client.connect(f"ws://{host}/v1/listen", sock=sock, origin=origin, proxy=None) as ws:
+            ws.send('{"type":"config"}')
+            assert '"ready"' in ws.recv(timeout=10)
+            return 101
+    except websockets.InvalidStatus as exc:
+        return exc.response.status_code
+
+
+def test_dns_rebinding_is_refused_on_a_loopback_server():
+    """A page of evil.example whose name was rebound to 127.0.0.1 is same-origin with itself (its Origin matches its
+    Host): a server on loopback answers it 403, over WebSocket and REST; pages at localhost or 127.0.0.1 still work."""
+    options = ServerOptions()
+    with ServerThread(create_app(FakeTranscriber(), options, FakeSession), options) as srv:
+        port = srv.http_url.rsplit(":", 1)[1]
+        evil = f"evil.example:{port}"
+        assert _handshake_status(srv, evil, f"http://{evil}") == 403
+        r = httpx.post(srv.http_url + "/v1/audio/transcriptions", files={"file": ("a.wav", _wav_bytes())},
+                       headers={"Host": evil, "Origin": f"http://{evil}"}, timeout=30)
+        assert r.status_code == 403 and r.json()["error"]["message"] == "origin not allowed"
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            assert _handshake_status(srv, host, f"http://{host}") == 101, host
+        r = httpx.get(srv.http_url + "/v1/models", headers={"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"})
+        assert r.status_code == 200
+
+
+def test_allowed_origins_do_not_lock_out_the_servers_own_page():
+    options = ServerOptions(security=SecurityOptions(allowed_origins=("https://app.example",)))
+    with ServerThread(create_app(FakeTranscriber(), options, FakeSession), options) as srv:
+        own = srv.http_url.removeprefix("http://")
+        assert _handshake_status(srv, own, srv.http_url) == 101  # the page this server serves
+        assert _handshake_status(srv, own, "https://app.example") == 101
+        assert _handshake_status(srv, own, "https://evil.example") == 403
