@@ -122,6 +122,7 @@ class Connection:
         self.audio_seconds = 0.0  # client audio received, seconds
         self._timeline = Timeline()  # one timeline over the sessions, which restart after each finalize
         self._resampler: Resampler | None = None  # the reader's; None until the config is known
+        self._going = asyncio.Event()  # go_away() was called: a connection still without its config closes at once
 
     # ---- entry point ----------------------------------------------------------------------
 
@@ -167,9 +168,23 @@ class Connection:
                 await self._drop_slow_client()
 
     async def _handshake(self) -> P.ClientConfig | None:
-        """Wait for the config frame; on a bad one send a fatal error and close. Returns None then."""
+        """Wait for the config frame; on a bad one send a fatal error and close. Returns None then, and when the
+        server drains first (go_away: there is nothing to flush, so it closes with 1001 at once)."""
+        receive = asyncio.ensure_future(_receive(self.ws, self.limits.idle_timeout))
+        going = asyncio.ensure_future(self._going.wait())
         try:
-            message = await _receive(self.ws, self.limits.idle_timeout)
+            await asyncio.wait({receive, going}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            going.cancel()
+            drained = not receive.done()
+            if drained:
+                receive.cancel()
+        if drained:
+            await asyncio.gather(receive, return_exceptions=True)
+            await self.ws.close(code=P.CloseCode.GOING_AWAY)
+            return None
+        try:
+            message = receive.result()
         except asyncio.TimeoutError:
             await self._fail(P.ErrorCode.IDLE_TIMEOUT, "no config message within the idle timeout", P.CloseCode.IDLE_TIMEOUT)
             return None
@@ -291,6 +306,7 @@ class Connection:
         """Finish the session as a client `close` does (every final, then `stats` with reason "draining"), but
         close with 1001: the server is draining (web/replica.py) and the client should reconnect elsewhere."""
         self._closing = True
+        self._going.set()
         self._stop(_Stop(P.CloseCode.GOING_AWAY, None, reason="draining"))
 
     async def _stop_session_limit(self) -> None:

@@ -191,3 +191,19 @@ def test_a_model_that_fails_to_load_is_one_error_line(tmp_path, capsys):
     errors = [line for line in err.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and errors[0].startswith("specscribe: error: unknown model"), err
     assert "Traceback" not in err
+
+
+def test_a_connection_still_without_its_config_closes_at_the_drain_timeout():
+    """It has nothing to flush: at the drain's timeout it closes with 1001 at once, not after its idle timeout
+    (30 s by default, past the drain's grace, when the server would cut it)."""
+    options = ServerOptions(drain_timeout=1.0)
+    with ServerThread(create_app(FakeTranscriber(), options, FakeSession), options) as srv:
+        with ws_client.connect(srv.ws_url, open_timeout=10) as ws:  # connected, config never sent
+            t0 = time.monotonic()
+            srv.drain()
+            with pytest.raises(websockets.ConnectionClosed):
+                ws.recv(timeout=20)
+            waited = time.monotonic() - t0
+        assert ws.close_code == P.CloseCode.GOING_AWAY and waited < 5
+        srv.thread.join(timeout=15)
+        assert not srv.thread.is_alive()
