@@ -33,7 +33,8 @@ from specscribe.models.engines import Transcriber
 from specscribe.pipeline.scheduler import ModelScheduler, SchedulerOptions
 from specscribe.pipeline.types import StreamOptions
 from specscribe.web import protocol as P
-from specscribe.web.listen import ClientSlots, Connection, ListenContext, SessionFactory
+from specscribe.web.listen import Connection
+from specscribe.web.listen_context import ClientSlots, ListenContext, SessionFactory
 from specscribe.web.replica import Lifecycle, Phase, ReplicaServer, load_in_thread
 from specscribe.web.security import LOOPBACK_SCOPE, SecurityOptions, is_loopback_host, key_ok, on_loopback, origin_ok
 
