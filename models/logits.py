@@ -98,12 +98,14 @@ class WhisperLogitRules:
             if penultimate >= ts:  # a pair closed: text (or eot) must follow
                 out[ts:] = NEG_INF
                 check = False
-            else:  # an open timestamp: no text may follow
+            else:  # a segment's end: no text may follow, and the next segment starts there or later
                 out[:eot] = NEG_INF
-        for token in reversed(generated):  # timestamps never decrease
-            if token >= ts:
-                out[ts:token] = NEG_INF
-                break
+                out[ts:last] = NEG_INF
+        else:  # inside a segment: its end comes after its start (no zero-length segment, which can loop)
+            for token in reversed(generated):
+                if token >= ts:
+                    out[ts : token + 1] = NEG_INF
+                    break
         if check:
             logprobs = torch.log_softmax(out, dim=-1)
             if torch.logsumexp(logprobs[ts:], dim=-1) > logprobs[:ts].max():

@@ -76,11 +76,15 @@ def test_after_single_timestamp_no_text():
     assert TS + 2 not in got  # monotonic
 
 
-def test_timestamps_never_decrease():
+def test_timestamps_never_decrease_and_a_segment_ends_after_its_start():
+    """CTranslate2 4.x and openai/whisper: after text, the closing timestamp is later than the segment's start
+    (a zero-length segment can loop); only a new segment may start where the last one ended."""
     r = rules()
     got = allowed(r.apply(flat(), [TS + 1, 1, 2, TS + 4, TS + 4, 3]))
-    assert {TS, TS + 1, TS + 2, TS + 3} & got == set()
-    assert {TS + 4, TS + 5, TS + 6} <= got
+    assert {TS, TS + 1, TS + 2, TS + 3, TS + 4} & got == set()
+    assert {TS + 5, TS + 6} <= got
+    assert TS + 2 not in allowed(r.apply(flat(), [TS + 2, 1]))  # the segment [TS+2, TS+2] would be empty
+    assert {TS + 2, TS + 3} <= allowed(r.apply(flat(), [TS, 1, TS + 2]))  # the next segment may start at its end
 
 
 def test_timestamp_mass_beats_best_text():
@@ -89,7 +93,7 @@ def test_timestamp_mass_beats_best_text():
     logits[1] = 0.0  # best text token
     logits[TS + 2 : V] = -0.5  # 5 timestamps at -0.5 each: total mass beats token 1
     got = allowed(r.apply(logits, [TS, 1]))
-    assert got == set(range(TS + 0, V))  # only timestamps (monotonic: >= TS)
+    assert got == set(range(TS + 1, V))  # only timestamps, after the segment's start (TS)
     logits[TS + 2 : V] = -3.0  # now text wins: nothing forced
     got = allowed(r.apply(logits, [TS, 1]))
     assert 1 in got and TS + 2 in got
@@ -102,7 +106,7 @@ def test_mass_rule_uses_logits_after_suppression():
     logits[2] = -2.0
     logits[TS + 1 : V] = -1.0
     got = allowed(r.apply(logits, [TS, 3]))
-    assert got == set(range(TS, V))
+    assert got == set(range(TS + 1, V))
 
 
 def test_apply_does_not_modify_input():
