@@ -8,7 +8,8 @@ Order per step (CTranslate2 ``make_logits_processors`` + ``WhisperReplica::gener
    - first step: only timestamps, and none later than max_initial_timestamp;
    - after a timestamp pair (or a lone first timestamp) the next token is text or end-of-text;
      after a single timestamp following text, the next one is a timestamp or end-of-text;
-   - timestamps never decrease (tokens below the last timestamp are suppressed);
+   - timestamps never decrease, and a segment ends after it starts: inside a segment (after text) the
+     timestamps up to its start are suppressed, after a segment's end those below it;
    - if the summed probability of all timestamps (after 1-3) beats the most likely text token,
      only timestamps are allowed.
 The rules depend only on ``generated`` (the tokens after the start sequence), so a verifier can
