@@ -188,7 +188,8 @@ class StreamingPolicy(Protocol):
         ...
 
     def finish(self, words: Sequence[Word], reset: bool = True) -> PolicyUpdate:
-        """Last hypothesis of the buffer (end of utterance or stream): commit all of it.
+        """Last hypothesis of the buffer (end of utterance or stream): commit all of it. `pause` and `finish`
+        also take `partial` itself (the held tail, committed without a new decode), whose words are all new.
 
         reset: also empty the buffer; False keeps it (trimmed as usual) as the next utterance's context.
         """
@@ -254,7 +255,7 @@ class LocalAgreement:
         return PolicyUpdate(tuple(commit), self.partial, self.buffer_start)
 
     def pause(self, words: Sequence[Word]) -> PolicyUpdate:
-        new = self._new_words(words)
+        new = self._uncommitted(words)
         # the last word heard no speech after it: it needs pause_probability, the others min_probability
         bars = [self.options.min_probability] * (len(new) - 1) + [self.options.pause_probability]
         sure = len(list(itertools.takewhile(lambda wb: wb[0].probability >= wb[1], zip(new, bars))))
@@ -265,7 +266,7 @@ class LocalAgreement:
         return PolicyUpdate(tuple(new[:sure]), self.partial, self.buffer_start)
 
     def finish(self, words: Sequence[Word], reset: bool = True) -> PolicyUpdate:
-        commit = self._new_words(words)
+        commit = self._uncommitted(words)
         self._commit(commit)
         self._history = []
         if reset:
@@ -307,6 +308,14 @@ class LocalAgreement:
         kept = [(end, old[n:]) for end, old in self._history[keep_from:]
                 if [normalize_word(w.text) for w in old[:n]] == said]
         self._history = kept + [(self.audio_end, tail)]
+
+    def _uncommitted(self, words: Sequence[Word]) -> list[Word]:
+        """A hypothesis' words after the committed ones; the partial's are that already (stripping them again
+        would drop a first word that repeats the last committed one: "very very", "no, no")."""
+        partial = self.partial
+        if partial and len(words) == len(partial) and all(a is b for a, b in zip(words, partial)):
+            return list(words)
+        return self._new_words(words)
 
     def _new_words(self, words: Sequence[Word]) -> list[Word]:
         """The hypothesis minus what is already committed: the words after the committed words it decoded again,

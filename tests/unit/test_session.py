@@ -1100,3 +1100,14 @@ def test_live_and_serve_refuse_the_same_bad_streaming_flags_in_the_same_words(fl
     for argv in (["live", "--input", "missing.wav"], ["serve", "--port", "0"]):
         assert main([*argv, flag, value]) == 2
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("hold_unsure", [True, False])
+def test_a_repeated_word_committed_from_the_partial_is_kept(hold_unsure):
+    """"so it was really very very.": an update commits up to the first "very", the utterance's end commits the
+    partial ("very.") without a new decode; stripping the partial as a new hypothesis again took the second
+    "very" for the committed one decoded again, and dropped it."""
+    words = ["so", "it", "was", "really", "very", "very."]
+    script = [(text, s, e) for text, (_, s, e) in zip(words, make_script(6, start=1.0))]
+    events, _ = run_session(noise(6), script, StreamOptions(hold_unsure=hold_unsure), intervals=[(1.0, 3.6)])
+    assert finals_text(events) == words
