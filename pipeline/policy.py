@@ -325,7 +325,8 @@ class LocalAgreement:
         if after is not None:  # times clamped so that finals stay in order
             return [w if w.start >= self._last_end else Word(self._last_end, max(w.end, self._last_end), w.text,
                                                                  w.probability) for w in words[after:]]
-        new = [w for w in words if w.start > self._last_end - 0.1]
+        new = [w if w.start >= self._last_end else Word(self._last_end, max(w.end, self._last_end), w.text, w.probability)
+               for w in words if w.start > self._last_end - 0.1]  # clamped, as above
         if new and self._in_buffer and new[0].start - self._last_end < REDECODED_WITHIN:
             for n in range(min(len(self._in_buffer), len(new), 5), 0, -1):
                 tail = [normalize_word(w.text) for w in self._in_buffer[-n:]]

@@ -60,9 +60,10 @@ class Translations:
         if not (force or sentence_end or last.end - first.start > TRANSLATE_MAX_SPAN):
             return
         group, self._group = self._group, []
-        # pad the span, but not into the neighbouring words (the last translated, the next partial)
-        start = max(int(max(first.start - 0.1, self._until) * SAMPLE_RATE), ring.start)
-        end = min(int(min(last.end + TRANSLATE_TAIL, next_start) * SAMPLE_RATE), ring.end)
+        # pad the span, but not into the neighbouring words (the last translated, the next partial), and never
+        # cut the group's own words (DTW times of neighbours can overlap by a few hundredths)
+        start = max(int(max(first.start - 0.1, min(self._until, first.start)) * SAMPLE_RATE), ring.start)
+        end = min(int(max(min(last.end + TRANSLATE_TAIL, next_start), last.end) * SAMPLE_RATE), ring.end)
         self._until = last.end
         if end - start > 30 * SAMPLE_RATE:
             start = end - 30 * SAMPLE_RATE

@@ -413,3 +413,20 @@ def test_agree_gap_finds_a_partner_many_updates_back_and_keeps_no_more_than_it_n
     p = LocalAgreement()
     _feed(p, [(1.0 + 0.25 * i, "a b c d e f g h"[: 2 * (i % 4) + 1]) for i in range(40)])
     assert len(p._history) <= 3
+
+
+def test_finals_never_start_before_the_last_commit_ends():
+    """A decode of the kept context with another last word ("America." committed, "Americans," heard) matches no
+    committed text, so its new words are found by time: those starting up to 0.1 s before the last commit's end
+    are clamped to it, as the text path clamps, so that finals stay in time order."""
+    w = lambda s, e, t: Word(s, e, " " + t, 0.9)
+    p = LocalAgreement(LocalAgreementOptions(keep_context=8.0, settle_after=4.0))
+    p.insert_audio(5.2)
+    p.finish([w(4.0, 4.5, "fellow"), w(4.5, 5.0, "America.")], reset=False)
+    committed = []
+    for end, nxt in ((6.0, "sew"), (6.5, "so")):
+        p.insert_audio(end)
+        update = p.process([w(4.0, 4.5, "fellow"), w(4.5, 4.93, "Americans,"), w(4.95, 5.02, "Yes."), w(4.96, 5.5, nxt)])
+        committed += update.committed
+        assert all(x.start >= 5.0 for x in update.partial)
+    assert [(x.text, x.start, x.end) for x in committed] == [(" Yes.", 5.0, 5.02)]
