@@ -17,9 +17,9 @@ class CaptionEvents:
     finals in text_language began, after a change of language; 0 before any change)."""
 
     def __init__(self, lines: LineOptions, interim_results: bool, event: Callable[..., CaptionEvent],
-                 on_final: Callable[[int, Sequence[Word]], None] | None = None) -> None:
-        """event(type, **fields) makes an event (the session stamps its time); on_final(id, words) is
-        told of every final (translations group them)."""
+                 on_final: Callable[[int, Sequence[Word], str | None], None] | None = None) -> None:
+        """event(type, **fields) makes an event (the session stamps its time); on_final(id, words,
+        language) is told of every final (translations group them by language)."""
         self._lines = LineBreaker(lines)
         self._interim, self._event, self._on_final = interim_results, event, on_final
         self.finals = 0
@@ -45,7 +45,7 @@ class CaptionEvents:
             events += self._line_events([ln for ln in lines if ln.last_id < final.id]) + [final]
             events += self._line_events([ln for ln in lines if ln.last_id == final.id])
             if self._on_final is not None:
-                self._on_final(self.finals, words)
+                self._on_final(self.finals, words, self.text_language)
             self.finals += 1
         partial = "".join(w.text for w in update.partial).strip()
         if self._interim and partial != self._last_partial:

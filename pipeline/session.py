@@ -106,6 +106,7 @@ class StreamSession:
         self._utterance_start = 0  # ring offset where the current utterance began
         self._draft_tokens: tuple[int, ...] = ()
         self._draft_text: str | None = None
+        self._heard_in: str | None = None  # the language of the decode the partial came from
         self._translations = None  # committed finals, translated a group at a time (pipeline/translations.py)
         if options.translate and options.task == "transcribe":
             self._translations = Translations(scheduler, session_id, options.encoder_pad, options.draft, self._event,
@@ -349,6 +350,7 @@ class StreamSession:
                 update = None  # no information: keep the last good hypothesis (and its partial)
             else:
                 update = self._end(hyp.words, reset) if final else self._policy.process(hyp.words)
+                self._heard_in = hyp.language
                 self._set_draft(hyp, start_s, update.buffer_start)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s %s [%.2f, %.2f) prompt=%r words=%s committed=%s partial=%s", self.session_id,
@@ -382,8 +384,9 @@ class StreamSession:
         return self._policy.pause(words)
 
     def _emit(self, update, end: int, alternatives: Callable | None = None, language: str | None = None) -> list[CaptionEvent]:
-        """The final, line and partial events of a policy update (end: the decoded audio's end, ring offset)."""
-        return self._captions.emit(update, end / SAMPLE_RATE, language or self.language, alternatives)
+        """The final, line and partial events of a policy update (end: the decoded audio's end, ring offset).
+        language: the decode's; None where words are committed without one (the partial: its decode's)."""
+        return self._captions.emit(update, end / SAMPLE_RATE, language or self._heard_in or self.language, alternatives)
 
     def _set_draft(self, hyp: Hypothesis, window_start: float, buffer_start: float) -> None:
         """The next decode's previous-hypothesis draft: the tokens, or the text after a moved start."""

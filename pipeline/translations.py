@@ -36,14 +36,15 @@ class Translations:
         self.scheduler, self.session_id = scheduler, session_id
         self._encoder_pad, self._draft = encoder_pad, draft
         self._event, self._account = event, account
-        self._group: list[tuple[int, tuple[Word, ...]]] = []  # (final id, words) waiting for translation
+        self._group: list[tuple[int, tuple[Word, ...], str | None]] = []  # (final id, words, language) waiting
         self._last_text = ""  # the previous translation: the next one's prompt
         self._running: asyncio.Task | None = None  # the newest translation; each awaits the one before
         self._done: list[CaptionEvent] = []  # translation events not yet returned
         self._until = 0.0  # seconds: the end of the last translated final
 
-    def add(self, final_id: int, words: tuple[Word, ...]) -> None:
-        self._group.append((final_id, words))
+    def add(self, final_id: int, words: tuple[Word, ...], language: str | None = None) -> None:
+        """A final (its id, words, and the language it was decoded in: None, the stream's) joins the group."""
+        self._group.append((final_id, words, language))
 
     @property
     def needed_from(self) -> float | None:
@@ -51,15 +52,23 @@ class Translations:
         return self._group[0][1][0].start if self._group else None
 
     def start(self, force: bool, ring: RingBuffer, language: str | None, next_start: float) -> None:
-        """Start translating the group, when due (force: an utterance or the stream ended). next_start: seconds
-        where the next uncommitted word starts (inf: none); the span stops before it."""
+        """Start translating the group, when due (force: an utterance or the stream ended). language: the stream's,
+        for finals added without one. next_start: seconds where the next uncommitted word starts (inf: none); the
+        span stops before it. A group holds one language: where its finals change language, the run before the
+        change is due, and is translated from its own language."""
         if not self._group:
             return
-        first, last = self._group[0][1][0], self._group[-1][1][-1]
+        source = self._group[0][2] or language
+        cut = next((i for i, g in enumerate(self._group) if (g[2] or language) != source), len(self._group))
+        group, rest = self._group[:cut], self._group[cut:]
+        if rest:
+            force, next_start = True, min(next_start, rest[0][1][0].start)
+        first, last = group[0][1][0], group[-1][1][-1]
         sentence_end = ends_sentence(last.text) and self.scheduler.load.translate_early
         if not (force or sentence_end or last.end - first.start > TRANSLATE_MAX_SPAN):
             return
-        group, self._group = self._group, []
+        self._group = rest
+        language = source
         # pad the span, but not into the neighbouring words (the last translated, the next partial), and never
         # cut the group's own words (DTW times of neighbours can overlap by a few hundredths)
         start = max(int(max(first.start - 0.1, min(self._until, first.start)) * SAMPLE_RATE), ring.start)
@@ -69,7 +78,7 @@ class Translations:
             start = end - 30 * SAMPLE_RATE
         request = DecodeRequest(task="translate", language=language, timestamps=False,
                                 max_new_tokens=max_tokens_for((end - start) / SAMPLE_RATE))
-        draft = "".join(w.text for _, words in group for w in words) if language == "en" and self._draft else ""
+        draft = "".join(w.text for _, words, _ in group for w in words) if language == "en" and self._draft else ""
         audio, before = ring.read(start, end), self._running
 
         async def translate() -> None:

@@ -13,7 +13,7 @@ from specscribe.pipeline.types import CaptionEvent
 def make(interim: bool = True):
     handed: list[tuple[int, str]] = []
     captions = CaptionEvents(LineOptions(), interim, lambda type_, **f: CaptionEvent(type=type_, emitted_at=0.0, **f),
-                             lambda i, words: handed.append((i, "".join(w.text for w in words))))
+                             lambda i, words, language: handed.append((i, "".join(w.text for w in words))))
     return captions, handed
 
 

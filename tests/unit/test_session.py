@@ -1111,3 +1111,23 @@ def test_a_repeated_word_committed_from_the_partial_is_kept(hold_unsure):
     script = [(text, s, e) for text, (_, s, e) in zip(words, make_script(6, start=1.0))]
     events, _ = run_session(noise(6), script, StreamOptions(hold_unsure=hold_unsure), intervals=[(1.0, 3.6)])
     assert finals_text(events) == words
+
+
+@pytest.mark.parametrize("translate", [False, True])
+def test_a_short_utterance_in_another_language_keeps_its_language_to_the_end(translate):
+    """English locks; a 3-word German utterance follows (too short to switch the stream). Its decodes run in
+    German, and so must its finals committed without a new decode (the held partial: they took the stream's
+    "en"), its caption line, and its translation's source language (it was the stream's too)."""
+    def words(prefix, n, start):
+        return [(f"{prefix}{i}", s, e) for i, (_, s, e) in enumerate(make_script(n, start=start))]
+
+    en, de = words("en", 12, 0.5), words("de", 3, 8.0)
+    fake = FakeTranscriber(noise(11), en + de)
+    fake.heard = lambda offset, duration: {"de": 0.97, "en": 0.03} if offset >= 7.0 else {"en": 0.97, "de": 0.03}
+    events, tr = run_session(fake.stream, en + de, StreamOptions(language=None, translate=translate),
+                             intervals=[(0.5, en[-1][2]), (8.0, de[-1][2])], fake=fake)
+    german = [e for e in events if e.type in ("final", "line") and e.text.startswith("de")]
+    assert german and {e.language for e in german} == {"de"}
+    if translate:
+        sources = [(r.language, offset) for r, (offset, _) in zip(tr.requests, tr.decoded) if r.task == "translate"]
+        assert [lang for lang, _ in sources] == ["en", "de"] and sources[1][1] > 7.0
