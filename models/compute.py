@@ -53,8 +53,11 @@ def int8_supported() -> bool:
 
 
 def int8_fast() -> bool:
-    """Whether torch's int8 linears run on fbgemm (x86), as models/int8.py measured them."""
-    return any(e in ("fbgemm", "x86") for e in torch.backends.quantized.supported_engines)
+    """Whether torch's int8 linears run on fbgemm (x86), as models/int8.py measured them. fbgemm is in every x86
+    build of torch but refuses CPUs without AVX2 ("Your CPU does not support FBGEMM": an old Xeon, QEMU's
+    default qemu64 CPU), so the CPU's own capability decides too."""
+    engines = torch.backends.quantized.supported_engines
+    return any(e in ("fbgemm", "x86") for e in engines) and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
 def resolve_device(device: str) -> str:

@@ -85,6 +85,12 @@ class Ct2Engine:
             raise ModelError(f"cannot load {folder} with faster-whisper ({exc})") from None
         threadpool_limits(1, user_api="blas")  # numpy's spinning BLAS threads slow CTranslate2's (compute.set_threads)
         self._ct2 = self._fw.model
+        if self._fw.feature_extractor.mel_filters.shape[0] != self._ct2.n_mels:
+            # faster-whisper sizes its features from preprocessor_config.json, 80 mels without one: a large-v3
+            # folder converted without that file (128 mels) then fails every encode
+            from faster_whisper.feature_extractor import FeatureExtractor
+
+            self._fw.feature_extractor = FeatureExtractor(feature_size=self._ct2.n_mels)
         self.model_name = str(options.model)
         self.is_multilingual = bool(self._ct2.is_multilingual)
         self._tokenizers: dict[tuple[str, str], Any] = {}

@@ -50,13 +50,17 @@ def load_draft_decoder(
 ) -> DraftDecoder | None:
     """The draft decoder an engine should use: ``draft_model`` if given, else the shipped
     checkpoint for the model, else (``untrained_ok``) copies of the target's first and last
-    layers, else None. ``mismatch_ok``: a checkpoint made for another target gives None instead
-    of a ModelError. Loaded drafts are int8 under the int8 compute types (drafts need not be
-    lossless: the target verifies every token)."""
+    layers, else None. ``mismatch_ok``: a ``draft_model`` made for another target gives None instead
+    of a ModelError. The shipped checkpoint is found by the model's (folder) name, so it is used only
+    where its target is this model: a user's own folder called "base" holding another model gets none.
+    Loaded drafts are int8 under the int8 compute types (drafts need not be lossless: the target
+    verifies every token)."""
     path = Path(draft_model).expanduser() if draft_model else shipped_checkpoint(model_name)
+    sha = target_sha256(folder, model_name) if path is not None else ""
+    if path is not None and not draft_model and checkpoint_target(path) != sha:
+        path = None  # shipped for another model of that name
     if path is None:
         return DraftDecoder.from_target(target) if untrained_ok else None
-    sha = target_sha256(folder, model_name)
     if mismatch_ok and checkpoint_target(path) != sha:
         return None
     return prepare_draft(DraftDecoder.load(path, target, sha), compute_type)

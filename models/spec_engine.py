@@ -108,8 +108,11 @@ class SpecEngine:
             raise ModelError(f"{folder} is not a CTranslate2 Whisper model (no model.bin)")
         from specscribe.models.weight_cache import load_whisper_model
 
-        self.device = resolve_device(options.device)
-        self.compute_type = resolve_compute_type(options.compute_type, self.device)
+        try:  # the user's --device / --compute-type on this machine: a one-line error, not a traceback
+            self.device = resolve_device(options.device)
+            self.compute_type = resolve_compute_type(options.compute_type, self.device)
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
         set_threads(options.threads)
         # converted once per (model, dtype) into specscribe_home()/cache, then memory-mapped
         model, self.dims = load_whisper_model(folder, self.compute_type, self.device, str(options.model))

@@ -16,6 +16,35 @@ def test_auto_picks_by_cpu_flags():
     assert resolve_compute_type("auto", "cuda", {"avx2"}) == "float16"
 
 
+def test_auto_leaves_int8_to_cpus_fbgemm_runs_on(monkeypatch):
+    """fbgemm is in every x86 torch but refuses a CPU without AVX2 (an old Xeon, QEMU's qemu64): auto is float32
+    there, not an int8 that fails at load."""
+    import torch
+
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        pytest.skip("not an x86 build of torch")
+    for capability, want in (("AVX2", "int8_float32"), ("AVX512", "int8_float32"), ("DEFAULT", "float32"),
+                             ("NO AVX", "float32")):
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        assert resolve_compute_type("auto", "cpu", {"sse4_2"}) == want
+
+
+def test_a_device_or_compute_type_this_machine_cannot_run_is_a_model_error(base_model_dir):
+    """--device cuda without a GPU, int8 on CUDA: one line from the CLI (ModelError), not a traceback."""
+    import torch
+
+    from specscribe.models.engines import EngineOptions
+    from specscribe.models.errors import ModelError
+    from specscribe.models.spec_engine import SpecEngine
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present")
+    with pytest.raises(ModelError, match="no CUDA GPU"):
+        SpecEngine(base_model_dir, EngineOptions(device="cuda"))
+    with pytest.raises(ModelError, match="unknown compute type"):
+        SpecEngine(base_model_dir, EngineOptions(compute_type="int4"))
+
+
 def test_override_and_bad_values():
     assert resolve_compute_type("float32", "cpu", {"amx_bf16"}) == "float32"
     assert resolve_compute_type("bfloat16", "cpu", {"avx2"}) == "bfloat16"

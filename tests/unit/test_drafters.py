@@ -3,6 +3,8 @@ tiny randomly initialised Whisper decoder."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -242,3 +244,24 @@ def test_build_drafter_choices(tiny):
     assert isinstance(build_drafter("auto", (), draft, enc, rules, 39, language="en", task="translate"), DraftDecoderDrafter)
     assert build_drafter("auto", (), draft, enc, rules, 39, language="de", task="translate") is None
     assert isinstance(build_drafter("decoder", (), draft, enc, rules, 39, language="de"), DraftDecoderDrafter)  # asked for
+
+
+def test_a_shipped_draft_is_only_used_for_its_own_target(tiny, tmp_path, monkeypatch):
+    """The shipped checkpoint is found by the model's folder name ("base"): a user's own folder called base that
+    holds another model gets untrained copies (--draft decoder) or no draft (auto), not a refusal to start. A
+    --draft-model the user names for another target is still refused."""
+    from specscribe.models import draft_loading
+
+    model, _ = tiny
+    shipped = tmp_path / "base-draft.safetensors"
+    DraftDecoder.from_target(model.decoder).save(shipped, target_sha256="a" * 64)
+    monkeypatch.setattr(draft_loading, "shipped_checkpoint", lambda name: shipped if Path(name).name == "base" else None)
+    folder = tmp_path / "base"
+    folder.mkdir()
+    (folder / "model.bin").write_bytes(b"another model")  # its sha256 is not "a" * 64
+    decoder = draft_loading.load_draft_decoder(model.decoder, folder, str(folder), None, "float32", untrained_ok=True)
+    assert isinstance(decoder, DraftDecoder) and decoder.sources == (0, len(model.decoder.layers) - 1)
+    assert draft_loading.load_draft_decoder(model.decoder, folder, str(folder), None, "float32", untrained_ok=False,
+                                            mismatch_ok=True) is None
+    with pytest.raises(ModelError, match="another target"):
+        draft_loading.load_draft_decoder(model.decoder, folder, str(folder), str(shipped), "float32", untrained_ok=True)
