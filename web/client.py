@@ -8,6 +8,7 @@ tasks, so events arrive while audio is still being sent. Each received message g
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -67,9 +68,15 @@ class StreamResult:
 
 
 async def stream_audio(
-    audio: np.ndarray, request: StreamRequest, on_message: Callable[[dict[str, Any]], None] | None = None
+    audio: np.ndarray,
+    request: StreamRequest,
+    on_message: Callable[[dict[str, Any]], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> StreamResult:
-    """Stream audio (float32 mono 16 kHz, (n,)) as pcm_s16le, send `close`, read until the server closes."""
+    """Stream audio (float32 mono 16 kHz, (n,)) as pcm_s16le, send `close`, read until the server closes.
+
+    Once `stop` is set no more audio is sent: `close` goes out at once and the events of the audio already sent
+    (its finals) are still read until the server closes (`specscribe stream`'s Ctrl-C)."""
     import websockets
 
     if request.tail_silence > 0:
@@ -111,9 +118,12 @@ async def stream_audio(
                 if request.speed > 0:  # pace: frame k leaves at k * chunk / speed
                     due = t0[0] + (offset / 2 / SAMPLE_RATE) / request.speed
                     delay = due - time.monotonic()
-                    if delay > 0:
+                    if delay > 0 and stop is None:
                         await asyncio.sleep(delay)
-                if receiver.done():  # the server closed early (error, limits)
+                    elif delay > 0:  # a stop ends the wait at once
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(stop.wait(), delay)
+                if receiver.done() or (stop is not None and stop.is_set()):  # the server closed early, or stopped
                     break
                 await ws.send(pcm[offset : offset + step])
                 sent[0] = offset + len(pcm[offset : offset + step])

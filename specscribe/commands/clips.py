@@ -24,9 +24,15 @@ def _path() -> int:
 
 
 def _install() -> int:
+    import sys
+
     from specscribe import clips
 
-    clips.install_clips()
+    try:
+        clips.install_clips()
+    except clips.ClipsError as exc:  # the registry unreachable: one line, not pip's traceback
+        print(f"specscribe clips install: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

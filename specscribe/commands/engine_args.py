@@ -4,6 +4,7 @@ of live and serve, defined once."""
 from __future__ import annotations
 
 import argparse
+import math
 
 COMPUTE_TYPES = ("auto", "float32", "bfloat16", "float16", "int8", "int8_float32")  # = models/compute.py
 
@@ -82,8 +83,29 @@ def add_streaming_args(group) -> None:
                        "the utterance (0: wait for its end, the default)")
 
 
+def check_engine_args(args) -> str | None:
+    """What is wrong with the add_engine_args flags that argparse does not check, in the words of the error to
+    print; None if nothing (`transcribe` checks --threads with its own flags)."""
+    if args.threads < 0:
+        return "--threads must be 0 (the library default) or more"
+    return None
+
+
+def non_finite(args, flags) -> str | None:
+    """The error for the first of these float flags that is nan or inf, else None. Range checks written as
+    `value < 0` let nan through (every comparison with it is false), and it fails later with a traceback."""
+    for flag in flags:
+        value = getattr(args, flag)
+        if not math.isfinite(value):
+            return f"--{flag.replace('_', '-')} must be a finite number, got {value}"
+    return None
+
+
 def check_streaming_args(args) -> str | None:
     """What is wrong with the add_streaming_args flags, in the words of the error to print; None if nothing."""
+    if (problem := non_finite(args, ("update_interval", "agree_gap", "settle_after", "encoder_pad",
+                                     "pause_commit"))) is not None:
+        return problem
     if not 0 < args.update_interval <= 5:
         return "--update-interval must be in (0, 5] seconds"
     if not 0 <= args.agree_gap <= 5:

@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 
 from specscribe.commands.engine_args import (
-    add_engine_args, add_streaming_args, check_streaming_args, engine_options, seconds_or_off,
+    add_engine_args, add_streaming_args, check_engine_args, check_streaming_args, engine_options, seconds_or_off,
 )
 
 # asyncio and the audio pipeline (numpy) are imported where used: building the CLI parser imports
 # every command module, and `specscribe transcribe` or `--help` need neither at that point.
+
+FILE_AHEAD = 4.0  # seconds of a file read as fast as possible that wait for the decoder (_live)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.realtime and not args.input:
         return _fail("--realtime needs --input FILE")
-    if (problem := check_streaming_args(args)) is not None:
+    if (problem := check_engine_args(args) or check_streaming_args(args)) is not None:
         return _fail(problem)
     if not 1 <= args.beam_size <= 8:
         return _fail("--beam-size must be from 1 to 8")
@@ -97,6 +99,16 @@ def run(args: argparse.Namespace) -> int:
         source = sources.FileSource(args.input, chunk=0.25, realtime=args.realtime)
     else:
         source = sources.MicrophoneSource(args.device)
+    # and the output file: one that cannot be written (a folder, no permission) fails before the model loads too
+    sink = None
+    if args.output:
+        from specscribe.pipeline.captions import open_sink
+
+        try:
+            sink = open_sink(args.output, translated=args.translate)
+        except OSError as exc:
+            return _fail(f"cannot write --output {args.output} ({exc.strerror or exc})")
+    if not args.input:
         print(f"listening on {source.device.name} (Ctrl-C to stop)", file=sys.stderr)
 
     import asyncio
@@ -104,7 +116,12 @@ def run(args: argparse.Namespace) -> int:
     from specscribe.models.engines import load_transcriber
     from specscribe.pipeline.types import StreamOptions
 
-    transcriber = load_transcriber(engine_options(args))
+    try:
+        transcriber = load_transcriber(engine_options(args))
+    except BaseException:
+        if sink is not None:
+            sink.close()
+        raise
     options = StreamOptions(
         language=language,
         languages=allowed,
@@ -120,16 +137,19 @@ def run(args: argparse.Namespace) -> int:
         hotwords=args.hotwords.strip(),
     )
     realtime = args.realtime or not args.input  # a microphone, or a file played at its own pace
-    return asyncio.run(_live(source, transcriber, options, args.output, realtime))
+    return asyncio.run(_live(source, transcriber, options, sink, realtime))
 
 
-async def _live(source, transcriber, options, output: str | None, realtime: bool = True) -> int:
+async def _live(source, transcriber, options, output=None, realtime: bool = True) -> int:
+    """Caption `source` until it ends or Ctrl-C. output: an open caption sink (pipeline/captions.py open_sink;
+    closed here) or None. realtime: the source is a microphone or a file at its own pace; else a file read as fast
+    as the decoder takes it."""
     import asyncio
     import contextlib
     import signal
 
     from specscribe.pipeline.audio import AudioError
-    from specscribe.pipeline.captions import TerminalCaptions, open_sink
+    from specscribe.pipeline.captions import TerminalCaptions
     from specscribe.pipeline.scheduler import ModelScheduler
     from specscribe.pipeline.session import StreamSession
 
@@ -143,22 +163,27 @@ async def _live(source, transcriber, options, output: str | None, realtime: bool
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, on_sigint)
 
-    sinks = [TerminalCaptions()]
-    if output:
-        sinks.append(open_sink(output, translated=options.translate))
+    sinks = [TerminalCaptions()] + ([output] if output is not None else [])
     scheduler = ModelScheduler(transcriber)
     session = StreamSession(scheduler, options, "live")
-    queue: asyncio.Queue = asyncio.Queue()
+    # A microphone (or a file at its own pace) must never wait: its audio keeps coming during a decode. A file
+    # read as fast as possible waits for the decoder instead: the queue holds FILE_AHEAD seconds, so each process()
+    # below decodes that much and returns (captions come as the file is decoded, and Ctrl-C is seen within a few
+    # seconds) rather than all of the file at once. Not one update interval: updates that far apart hear longer
+    # windows, as a slow CPU's do, and a file is decoded in a fraction of the updates (and of the time).
+    bound = 0 if realtime else max(1, round(FILE_AHEAD / getattr(source, "chunk", 0.25)))
+    queue: asyncio.Queue = asyncio.Queue(bound)
 
     async def pump() -> None:  # source -> queue, so audio keeps arriving while a decode runs
+        end: Exception | None = None
         try:
             async for chunk in source:
-                queue.put_nowait(chunk)
+                await queue.put(chunk)
                 session.lookahead(chunk)  # audio that ends the utterance recalls the update in flight
         except AudioError as exc:
-            queue.put_nowait(exc)
+            end = exc
         finally:
-            queue.put_nowait(None)
+            await queue.put(end)  # the end marker
 
     def emit(events) -> None:
         for event in events:
@@ -188,6 +213,19 @@ async def _live(source, transcriber, options, output: str | None, realtime: bool
                     session.insert_audio(item)
             emit(await session.process())
         await source.close()
+        if not ended:
+            # Ctrl-C: the audio captured while the last update ran (and what the source still holds, such as a
+            # microphone's last blocks) is queued; it is part of what the user heard, so it goes into the session
+            # before finish(). The source ends after close(): wait for its end marker, not for ever.
+            async def rest() -> None:
+                while (item := await queue.get()) is not None and not isinstance(item, Exception):
+                    session.insert_audio(item)
+
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(rest(), 1.0)
+            while not queue.empty():  # what came before a timeout
+                if (item := queue.get_nowait()) is not None and not isinstance(item, Exception):
+                    session.insert_audio(item)
         pump_task.cancel()
         events = await session.finish()
         emit(events)

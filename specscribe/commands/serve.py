@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from specscribe.commands.engine_args import (
-    add_engine_args, add_streaming_args, check_streaming_args, engine_options, seconds_or_off,
+    add_engine_args, add_streaming_args, check_engine_args, check_streaming_args, engine_options, non_finite,
+    seconds_or_off,
 )
 from specscribe.machine import cpu_flags, flags_say_fast_bf16
 
@@ -102,13 +103,16 @@ def run(args: argparse.Namespace) -> int:
         args.max_clients = default_max_clients(args.model_device)
     if args.max_connections is None:
         args.max_connections = max(64, 2 * args.max_clients)
+    if (problem := non_finite(args, ("max_session_seconds", "idle_timeout", "max_backlog_seconds", "max_upload_mb",
+                                     "max_upload_hours", "drain_timeout"))) is not None:
+        return _fail(problem)
     for name in ("max_clients", "max_connections", "max_frame_bytes", "max_session_seconds", "idle_timeout", "max_upload_mb",
                  "max_upload_hours", "max_backlog_seconds", "decode_width"):
         if getattr(args, name) <= 0:
             return _fail(f"--{name.replace('_', '-')} must be positive")
     if args.drain_timeout < 0:
         return _fail("--drain-timeout must be 0 or more")
-    if (problem := check_streaming_args(args)) is not None:
+    if (problem := check_engine_args(args) or check_streaming_args(args)) is not None:
         return _fail(problem)
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if not _is_loopback(args.host) and not api_key:

@@ -1,4 +1,6 @@
-"""`specscribe stream FILE --url ws://...`: send a file to a specscribe server at real-time pace, print events."""
+"""`specscribe stream FILE --url ws://...`: send a file to a specscribe server at real-time pace, print events.
+
+Ctrl-C stops sending and asks the server to close: the finals of the audio sent so far still come, then exit 0."""
 
 from __future__ import annotations
 
@@ -29,14 +31,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
+    import math
 
-    from specscribe.pipeline.audio import load_audio
-    from specscribe.web.client import StreamRequest, stream_audio
+    from specscribe.pipeline.audio import AudioError, load_audio
+    from specscribe.web.client import StreamRequest
 
-    if args.speed < 0:
-        print("specscribe stream: error: --speed must be >= 0", file=sys.stderr)
-        return 2
-    audio = load_audio(args.file)  # AudioError -> one-line message from the CLI
+    if not math.isfinite(args.speed) or args.speed < 0:  # nan passes `< 0`
+        return _fail(f"--speed must be a number >= 0 (0: as fast as possible), got {args.speed}", 2)
+    try:
+        audio = load_audio(args.file)
+    except AudioError as exc:  # name the file, as `live --input` does
+        return _fail(f"{args.file}: {exc}")
     request = StreamRequest(
         url=args.url, language=args.language, task=args.task, translate=args.translate,
         interim_results=not args.no_partials, speed=args.speed,
@@ -44,20 +49,55 @@ def run(args: argparse.Namespace) -> int:
     )
     printer = _print_json if args.format == "json" else _print_text
     try:
-        result = asyncio.run(stream_audio(audio, request, printer))
+        result = asyncio.run(_stream(audio, request, printer))
     except OSError as exc:
-        print(f"specscribe stream: error: cannot connect to {args.url} ({exc.strerror or exc})", file=sys.stderr)
-        return 1
-    except Exception as exc:  # websockets' handshake errors (401, 403, bad URL): one line
-        name = type(exc).__name__
-        if name in ("InvalidStatus", "InvalidURI", "InvalidHandshake", "InvalidMessage"):
-            print(f"specscribe stream: error: {exc}", file=sys.stderr)
-            return 1
+        return _fail(f"cannot connect to {args.url} ({exc.strerror or exc})")
+    except Exception as exc:  # websockets' handshake errors (401, 403, bad URL, not a WebSocket server): one line
+        if isinstance(exc, _handshake_errors()):
+            return _fail(str(exc))
         raise
     if result.close_code not in (1000, None):
         print(f"specscribe stream: server closed the stream with code {result.close_code}", file=sys.stderr)
         return 1
     return 0
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"specscribe stream: error: {message}", file=sys.stderr)
+    return code
+
+
+def _handshake_errors() -> tuple[type[Exception], ...]:
+    """The websockets exceptions of a connection that could not be set up (every subclass too: InvalidStatus,
+    InvalidHeader, InvalidUpgrade, InvalidMessage ...). InvalidProxy is websockets 15's (a bad proxy URL)."""
+    from websockets import exceptions as wx
+
+    return (wx.InvalidHandshake, wx.InvalidURI, *((wx.InvalidProxy,) if hasattr(wx, "InvalidProxy") else ()))
+
+
+async def _stream(audio, request, printer):
+    """stream_audio with Ctrl-C: the first stops the audio and sends `close`, and the server's events (the finals of
+    what was sent) are still printed until it closes; a second interrupts at once."""
+    import asyncio
+    import contextlib
+    import signal
+
+    from specscribe.web.client import stream_audio
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_sigint() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C is a KeyboardInterrupt: exit 130
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        return await stream_audio(audio, request, printer, stop=stop)
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 def _print_json(msg: dict) -> None:
