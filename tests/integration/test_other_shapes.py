@@ -32,6 +32,14 @@ def mels128_model(tmp_path_factory, base_model_dir):
     def norm(layer):
         layer.gamma, layer.beta = 1 + arr(d), arr(d)
 
+    def self_attention_and_ffn(layer):
+        norm(layer.self_attention.layer_norm)
+        linear(layer.self_attention.linear[0], 3 * d, d)
+        linear(layer.self_attention.linear[1], d, d)
+        norm(layer.ffn.layer_norm)
+        linear(layer.ffn.linear_0, 4 * d, d)
+        linear(layer.ffn.linear_1, d, 4 * d)
+
     spec = whisper_spec.WhisperSpec(1, heads, 2, heads)
     enc, dec = spec.encoder, spec.decoder
     enc.conv1.weight, enc.conv1.bias = arr(d, n_mels, 3), arr(d)
@@ -39,26 +47,16 @@ def mels128_model(tmp_path_factory, base_model_dir):
     enc.position_encodings.encodings = arr(1500, d)
     norm(enc.layer_norm)
     for layer in enc.layer:
-        norm(layer.self_attention.layer_norm)
-        linear(layer.self_attention.linear[0], 3 * d, d)
-        linear(layer.self_attention.linear[1], d, d)
-        norm(layer.ffn.layer_norm)
-        linear(layer.ffn.linear_0, 4 * d, d)
-        linear(layer.ffn.linear_1, d, 4 * d)
+        self_attention_and_ffn(layer)
     dec.embeddings.weight = dec.projection.weight = arr(vocab, d)
     dec.position_encodings.encodings = arr(448, d)
     norm(dec.layer_norm)
     for layer in dec.layer:
-        norm(layer.self_attention.layer_norm)
-        linear(layer.self_attention.linear[0], 3 * d, d)
-        linear(layer.self_attention.linear[1], d, d)
+        self_attention_and_ffn(layer)
         norm(layer.attention.layer_norm)
         linear(layer.attention.linear[0], d, d)
         linear(layer.attention.linear[1], 2 * d, d)
         linear(layer.attention.linear[2], d, d)
-        norm(layer.ffn.layer_norm)
-        linear(layer.ffn.linear_0, 4 * d, d)
-        linear(layer.ffn.linear_1, d, 4 * d)
     config = json.loads((base_model_dir / "config.json").read_text())
     for key in ("suppress_ids", "suppress_ids_begin", "lang_ids"):
         setattr(spec.config, key, config[key])

@@ -3,10 +3,10 @@ server starts (nothing here loads weights or binds a port)."""
 
 from __future__ import annotations
 
-import wave
 
 import numpy as np
 import pytest
+from wavs import write_wav
 
 from specscribe.cli import main
 
@@ -30,13 +30,7 @@ def no_model(monkeypatch):
 
 @pytest.fixture
 def wav(tmp_path):
-    path = tmp_path / "one.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(np.zeros(16000, "<i2").tobytes())
-    return path
+    return write_wav(tmp_path / "one.wav", np.zeros(16000, np.int16))
 
 
 def one_error_line(capsys, *words: str) -> str:

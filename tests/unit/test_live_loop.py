@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import wave
 
 import numpy as np
 import pytest
+from wavs import write_wav
 
 import specscribe.commands.live as live
 import specscribe.pipeline.scheduler as scheduler_module
@@ -71,19 +71,14 @@ def fakes(monkeypatch):
     yield FakeSession
 
 
-def write_wav(path, seconds: float) -> None:
-    x = (0.1 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * RATE)) / RATE) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(x.tobytes())
+def tone_wav(path, seconds: float) -> None:
+    write_wav(path, (0.1 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * RATE)) / RATE) * 32767).astype(np.int16))
 
 
 def test_a_file_read_as_fast_as_possible_is_decoded_as_it_goes(fakes, tmp_path):
     """Each process() gets at most FILE_AHEAD seconds of audio, not the rest of the file at once."""
     path = tmp_path / "ten.wav"
-    write_wav(path, 10.0)
+    tone_wav(path, 10.0)
     source = FileSource(path, chunk=0.25, realtime=False)
     rc = asyncio.run(live._live(source, None, StreamOptions(update_interval=0.5), None, realtime=False))
     session = fakes.last
@@ -95,7 +90,7 @@ def test_a_file_read_as_fast_as_possible_is_decoded_as_it_goes(fakes, tmp_path):
 
 def test_ctrl_c_stops_a_fast_file_within_a_few_seconds_of_audio(fakes, tmp_path):
     path = tmp_path / "ten.wav"
-    write_wav(path, 20.0)
+    tone_wav(path, 20.0)
     fakes.interrupt_at = 2
     source = FileSource(path, chunk=0.25, realtime=False)
     rc = asyncio.run(live._live(source, None, StreamOptions(update_interval=0.5), None, realtime=False))

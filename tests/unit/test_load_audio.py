@@ -5,26 +5,15 @@ from __future__ import annotations
 
 import io
 import json
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
+from wavs import write_wav
 
 from specscribe.pipeline.audio import SAMPLE_RATE, AudioError, load_audio
 
 av = pytest.importorskip("av")
-
-
-def write_wav(path: Path, pcm: np.ndarray, rate: int = SAMPLE_RATE) -> Path:
-    """pcm: int16, shape (n,) or (n, channels)."""
-    pcm = pcm if pcm.ndim == 2 else pcm[:, None]
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(pcm.shape[1])
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.astype("<i2").tobytes())
-    return path
 
 
 def tone(n: int, rate: int = SAMPLE_RATE, amplitude: float = 12000.0) -> np.ndarray:

@@ -9,24 +9,18 @@ import signal
 import socket
 import threading
 import time
-import wave
 
 import numpy as np
 import pytest
 from websockets.sync.server import serve
+from wavs import write_wav
 
 from specscribe.cli import main
 
 
 @pytest.fixture
 def wav(tmp_path):
-    path = tmp_path / "five.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(np.zeros(5 * 16000, "<i2").tobytes())
-    return path
+    return write_wav(tmp_path / "five.wav", np.zeros(5 * 16000, np.int16))
 
 
 class Server:
