@@ -12,21 +12,19 @@ artifacts/ (gitignored).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-import wave
 from pathlib import Path
 
-import numpy as np
 import pytest
+from pagekit import chromium as _browser
+from pagekit import fake_mic_wav as _fake_mic_wav
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 def _words(text: str) -> list[str]:
@@ -39,17 +37,6 @@ def _wrong_words(hyp: str) -> int:
     from specscribe.pipeline.wer import normalize, wer
 
     return round(wer(JFK_TEXT, hyp) * len(normalize(JFK_TEXT).split()))
-
-
-def _fake_mic_wav(audio: np.ndarray, path: Path) -> Path:
-    """16 kHz mono PCM16 WAV for Chromium's fake microphone, with 0.5 s of silence before (it starts at once)."""
-    audio = np.concatenate([np.zeros(8000, dtype=np.float32), audio])
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -82,24 +69,6 @@ def server_url(base_model_dir, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
-
-
-def _browser(wav: Path, profile: Path):
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.fail("chromium/chromedriver missing: apt-get install -y chromium chromium-driver (make test does)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--use-fake-ui-for-media-stream",
-        "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}%noloop",
-        f"--user-data-dir={profile}", "--window-size=900,1100", "--autoplay-policy=no-user-gesture-required",
-    ):
-        opts.add_argument(flag)
-    return webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
 
 
 def _jfk_done(text: str) -> bool:

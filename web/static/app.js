@@ -13,12 +13,22 @@ const ui = {
 const languageNames = new Intl.DisplayNames(["en"], { type: "language" });
 
 let live = null; // the running capture + connection, or null
-const finals = []; // {id, start, end, text, line}: every final, in order
-const lines = []; // caption lines {start, end, text, translations, el, closed}; the last may be open
+const finals = []; // {id, start, end, text, line, session}: every final, in order
+const lines = []; // caption lines {start, end, text, translations, el, closed, session}; the last may be open
 const NO_SPACE = new Set(["zh", "yue", "ja", "th", "lo", "my", "km", "bo"]); // written without spaces
+const settings = { closeTimeoutMs: 12000 }; // how long Stop waits for the server's close frame
+let timeBase = 0; // where the next session's times start: the end of the sessions before it (the exports go on)
 
 if (params.get("api_key")) ui.apiKey.value = params.get("api_key");
-for (const key of ["language", "task", "languages"]) if (params.get(key)) ui[key].value = params.get(key);
+if (params.get("languages")) ui.languages.value = params.get("languages");
+if (params.get("task") === "translate") ui.task.value = "translate"; // anything else: transcribe
+const askedLanguage = (params.get("language") || "").toLowerCase();
+if (askedLanguage && askedLanguage !== "auto" && /^[a-z]{2,8}$/.test(askedLanguage)) {
+  if (![...ui.language.options].some((o) => o.value === askedLanguage)) { // a code the list lacks: the server checks it
+    ui.language.append(new Option(languageName(askedLanguage), askedLanguage));
+  }
+  ui.language.value = askedLanguage;
+} // anything else: detect automatically
 if (params.get("translate") === "1") ui.translate.checked = true;
 
 function setStatus(state, text) {
@@ -54,45 +64,59 @@ async function openMicrophone() {
     audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false, channelCount: 1 },
   });
   let ctx = null;
-  let source = null;
-  if (params.get("rate") !== "native") {
-    try { // let the browser resample to 16 kHz where it can
-      ctx = new AudioContext({ sampleRate: RATE, latencyHint: "interactive" });
-      source = ctx.createMediaStreamSource(stream);
-    } catch (err) {
-      if (ctx) ctx.close();
-      ctx = null;
+  try {
+    let source = null;
+    if (params.get("rate") !== "native") {
+      try { // let the browser resample to 16 kHz where it can
+        ctx = new AudioContext({ sampleRate: RATE, latencyHint: "interactive" });
+        source = ctx.createMediaStreamSource(stream);
+      } catch (err) {
+        if (ctx) ctx.close();
+        ctx = null;
+      }
     }
+    if (!ctx) { // the context runs at the device rate; the worklet resamples
+      ctx = new AudioContext({ latencyHint: "interactive" });
+      source = ctx.createMediaStreamSource(stream);
+    }
+    await ctx.audioWorklet.addModule(new URL("pcm-worklet.js", import.meta.url));
+    const node = new AudioWorkletNode(ctx, "pcm-capture", {
+      numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1],
+      processorOptions: { targetRate: RATE, chunkSamples: RATE / 10 },
+    });
+    const mute = ctx.createGain();
+    mute.gain.value = 0; // keeps the graph pulling without playing the microphone back
+    source.connect(node).connect(mute).connect(ctx.destination);
+    if (ctx.state === "suspended") await ctx.resume();
+    return { stream, ctx, node };
+  } catch (err) { // let go of the microphone (its indicator) and the context, then report
+    stream.getTracks().forEach((t) => t.stop());
+    if (ctx) ctx.close().catch(() => {});
+    throw err;
   }
-  if (!ctx) { // the context runs at the device rate; the worklet resamples
-    ctx = new AudioContext({ latencyHint: "interactive" });
-    source = ctx.createMediaStreamSource(stream);
-  }
-  await ctx.audioWorklet.addModule(new URL("pcm-worklet.js", import.meta.url));
-  const node = new AudioWorkletNode(ctx, "pcm-capture", {
-    numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1],
-    processorOptions: { targetRate: RATE, chunkSamples: RATE / 10 },
-  });
-  const mute = ctx.createGain();
-  mute.gain.value = 0; // keeps the graph pulling without playing the microphone back
-  source.connect(node).connect(mute).connect(ctx.destination);
-  if (ctx.state === "suspended") await ctx.resume();
-  return { stream, ctx, node };
 }
 
 async function start() {
   clearError();
   ui.start.disabled = true;
   setStatus("connecting", "Opening microphone…");
-  const session = { ws: null, mic: null, sent: 0, queued: [], closing: false, lastEnd: 0, partialText: "" };
+  const session = {
+    ws: null, mic: null, sent: 0, queued: [], closing: false, ended: false, serverError: false, closeTimer: 0,
+    offset: timeBase, lastEnd: 0, // this session's times (the server's start at 0) go on from the earlier ones
+  };
   live = session;
   try {
     session.mic = await openMicrophone();
   } catch (err) {
+    if (session.ended) return; // cancelled while the microphone opened: the page has moved on
     live = null;
     ui.start.disabled = false;
     setStatus("error", "Microphone unavailable");
     showError(`Could not open the microphone: ${err.message || err.name}`);
+    return;
+  }
+  if (session.ended) { // Stop (Escape) came while the microphone opened: the start is cancelled
+    releaseMic(session);
     return;
   }
   setStatus("connecting", "Connecting…");
@@ -111,7 +135,9 @@ async function start() {
     session.queued = [];
   };
   ws.onmessage = (event) => onMessage(session, JSON.parse(event.data));
-  ws.onerror = () => { if (!session.closing) showError("Connection error: is the server running and reachable?"); };
+  ws.onerror = () => {
+    if (!session.closing && !session.ended) showError("Connection error: is the server running and reachable?");
+  };
   ws.onclose = (event) => onClose(session, event);
   ui.start.textContent = "Stop";
   ui.start.setAttribute("aria-pressed", "true");
@@ -139,13 +165,37 @@ async function stop() {
   const session = live;
   if (!session || session.closing) return;
   session.closing = true;
+  if (!session.mic) { // the microphone is still opening: cancel the start (start() lets go of it once it opens)
+    session.ended = true;
+    live = null;
+    resetControls();
+    setStatus("idle", "Stopped");
+    return;
+  }
   ui.start.disabled = true;
   setStatus("finishing", "Finishing…");
   session.mic.node.port.postMessage("flush");
   await new Promise((resolve) => setTimeout(resolve, 50)); // let the last chunk arrive from the worklet
   releaseMic(session);
-  if (session.ws.readyState === WebSocket.OPEN) session.ws.send(JSON.stringify({ type: "close" }));
-  else session.ws.close();
+  if (session.ws.readyState === WebSocket.OPEN) {
+    session.ws.send(JSON.stringify({ type: "close" }));
+    waitForClose(session);
+  } else { // still connecting: there is nothing to finish
+    session.ws.close();
+    onClose(session, { code: 1005 });
+  }
+}
+
+// After `close` the server sends the last finals, then its close frame. When it stays silent for
+// settings.closeTimeoutMs (the network is gone?), stop waiting: drop the connection and free the page.
+function waitForClose(session) {
+  clearTimeout(session.closeTimer);
+  session.closeTimer = setTimeout(() => {
+    if (session.ended) return;
+    showError("The server did not confirm the end of the session; its last captions may be missing.");
+    session.ws.close();
+    onClose(session, { code: 1006 });
+  }, settings.closeTimeoutMs);
 }
 
 function releaseMic(session) {
@@ -157,6 +207,8 @@ function releaseMic(session) {
 }
 
 function onMessage(session, msg) {
+  if (session.ended) return; // a session the page has given up on
+  if (session.closeTimer) waitForClose(session); // the server is still finishing: wait on
   switch (msg.type) {
     case "ready":
       setStatus("live", `Live · ${msg.model}`);
@@ -166,15 +218,15 @@ function onMessage(session, msg) {
       if (msg.end !== undefined) showLag(session, msg.end);
       break;
     case "final":
-      addFinal(msg);
+      addFinal(session, msg);
       ui.partial.textContent = "";
       showLag(session, msg.end);
       break;
     case "line": // the open caption line ends here (pipeline/lines.py); the next final starts a new one
-      closeLine(msg);
+      closeLine(session);
       break;
     case "translation":
-      addTranslation(msg);
+      addTranslation(session, msg);
       break;
     case "language":
       ui.detected.hidden = false;
@@ -187,9 +239,11 @@ function onMessage(session, msg) {
       ui.status.dataset.speech = msg.type === "speech_start" ? "on" : "off";
       break;
     case "error":
+      if (msg.fatal) session.serverError = true; // its message says why the connection closes
       showError(`${msg.message}${msg.fatal ? "" : " (the session continues)"}`);
       break;
     case "busy":
+      session.serverError = true;
       showError(`${msg.message.charAt(0).toUpperCase()}${msg.message.slice(1)}.`); // max_clients, overloaded, loading, draining
       break;
     default:
@@ -202,24 +256,28 @@ function showLag(session, end) {
   if (Number.isFinite(lag)) ui.lag.textContent = `· ${Math.max(0, lag).toFixed(1)} s behind`;
 }
 
-function openLine(msg) {
+function openLine(session, msg) {
   const last = lines.at(-1);
-  if (last && !last.closed) return last;
+  if (last && !last.closed && last.session === session) return last;
+  if (last && !last.closed) endLine(last);
+  const start = session.offset + msg.start;
   const p = document.createElement("p");
   p.className = "line";
   if (msg.language) p.lang = msg.language;
   const time = document.createElement("span");
   time.className = "time";
-  time.textContent = fmtClock(msg.start);
+  time.textContent = fmtClock(start);
   p.append(time);
   ui.transcript.append(p);
-  const line = { start: msg.start, end: msg.end, text: "", translations: [], el: p, after: p, closed: false };
+  const line = {
+    start, end: session.offset + msg.end, text: "", translations: [], el: p, after: p, closed: false, session,
+  };
   lines.push(line);
   return line;
 }
 
-function addFinal(msg) {
-  const line = openLine(msg);
+function addFinal(session, msg) {
+  const line = openLine(session, msg);
   const span = document.createElement("span");
   span.className = "final";
   span.dataset.id = String(msg.id);
@@ -228,22 +286,27 @@ function addFinal(msg) {
   const sep = line.text && !NO_SPACE.has(msg.language) ? " " : "";
   if (sep) line.el.append(document.createTextNode(sep));
   line.el.append(span);
-  line.text += sep + msg.text;
-  line.end = msg.end;
-  finals.push({ id: msg.id, start: msg.start, end: msg.end, text: msg.text, line });
+  line.text += sep + msg.text; // the exports take the line's text from here: what the page shows
+  line.end = session.offset + msg.end;
+  session.lastEnd = Math.max(session.lastEnd, msg.end);
+  finals.push({ id: msg.id, start: session.offset + msg.start, end: line.end, text: msg.text, line, session });
   ui.transcript.scrollTop = ui.transcript.scrollHeight;
 }
 
-function closeLine(msg) {
-  const line = lines.at(-1);
-  if (!line || line.closed) return;
+function endLine(line) {
   line.closed = true;
   line.el.dataset.closed = "true";
-  Object.assign(line, { start: msg.start, end: msg.end, text: msg.text });
 }
 
-function addTranslation(msg) {
-  const entry = finals.findLast((f) => f.id === msg.id);
+// The server's `line` ends the open line. Its text and times are not taken: the page built the line from the same
+// finals, less any that Clear took, and its times go on from the earlier sessions.
+function closeLine(session) {
+  const line = lines.at(-1);
+  if (line && !line.closed && line.session === session) endLine(line);
+}
+
+function addTranslation(session, msg) {
+  const entry = finals.findLast((f) => f.id === msg.id && f.session === session);
   if (!entry) return;
   const line = entry.line;
   line.translations.push(msg.text);
@@ -259,23 +322,35 @@ function addTranslation(msg) {
 
 const CLOSE_REASONS = {
   1001: "the server is restarting (press Start to reconnect)", 1009: "an audio frame was too large",
-  1011: "a server error", 1013: "the server is busy",
+  1011: "a server error", 1012: "the server is restarting or shutting down (press Start again)",
+  1013: "the server is busy",
   4000: "a protocol error", 4002: "invalid settings", 4008: "no audio for too long",
   4009: "the session reached its maximum length", 4010: "the page fell behind reading captions",
 };
 
-function onClose(session, event) {
-  releaseMic(session);
-  if (live === session) live = null;
-  ui.partial.textContent = "";
+function resetControls() {
   ui.start.textContent = "Start";
   ui.start.setAttribute("aria-pressed", "false");
   ui.start.disabled = false;
   for (const el of [ui.language, ui.task, ui.translate, ui.languages]) el.disabled = false;
-  if (event.code === 1000 || (session.closing && event.code === 1005)) {
+}
+
+function onClose(session, event) {
+  if (session.ended) return; // handled already: Stop gave up waiting for the server
+  session.ended = true;
+  clearTimeout(session.closeTimer);
+  releaseMic(session);
+  const last = lines.at(-1);
+  if (last && !last.closed && last.session === session) endLine(last); // a drop mid-line: it keeps its finals
+  timeBase = Math.max(timeBase, session.offset + Math.max(session.sent / RATE, session.lastEnd));
+  if (live === session) live = null;
+  ui.partial.textContent = "";
+  resetControls();
+  if (session.closing || event.code === 1000) { // the user asked to stop: whatever the code, it stopped
     setStatus("idle", "Stopped");
   } else {
     setStatus("error", "Disconnected");
+    if (session.serverError) return; // the server's busy or fatal error, on the page, says why
     const why = CLOSE_REASONS[event.code];
     if (why) showError(`The connection closed: ${why}.`);
     else if (ui.error.hidden) showError(`The connection closed unexpectedly (code ${event.code}).`);
@@ -328,8 +403,9 @@ $("clear").addEventListener("click", () => {
   lines.length = 0;
   ui.transcript.replaceChildren();
   ui.partial.textContent = "";
+  if (!live) timeBase = 0; // the next transcript's times start at 0 again
 });
 document.addEventListener("keydown", (event) => {
   if (event.key === "Escape" && live) stop();
 });
-window.specscribe = { finals, lines, transcriptText, transcriptSrt }; // for tests and the console
+window.specscribe = { finals, lines, transcriptText, transcriptSrt, settings }; // for tests and the console
