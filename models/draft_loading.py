@@ -56,13 +56,14 @@ def load_draft_decoder(
     Loaded drafts are int8 under the int8 compute types (drafts need not be lossless: the target
     verifies every token)."""
     path = Path(draft_model).expanduser() if draft_model else shipped_checkpoint(model_name)
-    sha = target_sha256(folder, model_name) if path is not None else ""
-    if path is not None and not draft_model and checkpoint_target(path) != sha:
-        path = None  # shipped for another model of that name
     if path is None:
         return DraftDecoder.from_target(target) if untrained_ok else None
-    if mismatch_ok and checkpoint_target(path) != sha:
-        return None
+    sha = target_sha256(folder, model_name)
+    if checkpoint_target(path) != sha:
+        if not draft_model:  # shipped for another model of that name: as if none were shipped
+            return DraftDecoder.from_target(target) if untrained_ok else None
+        if mismatch_ok:
+            return None
     return prepare_draft(DraftDecoder.load(path, target, sha), compute_type)
 
 

@@ -317,16 +317,20 @@ class LocalAgreement:
             return list(words)
         return self._new_words(words)
 
+    def _after_last(self, word: Word) -> Word:
+        """The word, starting no earlier than the last commit ends: finals stay in time order."""
+        if word.start >= self._last_end:
+            return word
+        return Word(self._last_end, max(word.end, self._last_end), word.text, word.probability)
+
     def _new_words(self, words: Sequence[Word]) -> list[Word]:
         """The hypothesis minus what is already committed: the words after the committed words it decoded again,
         found by their text; without them, by time, then by an n-gram overlap at the same time."""
         words = [w for w in words if w.text.strip()]
         after = self._after_committed(words)
-        if after is not None:  # times clamped so that finals stay in order
-            return [w if w.start >= self._last_end else Word(self._last_end, max(w.end, self._last_end), w.text,
-                                                                 w.probability) for w in words[after:]]
-        new = [w if w.start >= self._last_end else Word(self._last_end, max(w.end, self._last_end), w.text, w.probability)
-               for w in words if w.start > self._last_end - 0.1]  # clamped, as above
+        if after is not None:
+            return [self._after_last(w) for w in words[after:]]
+        new = [self._after_last(w) for w in words if w.start > self._last_end - 0.1]
         if new and self._in_buffer and new[0].start - self._last_end < REDECODED_WITHIN:
             for n in range(min(len(self._in_buffer), len(new), 5), 0, -1):
                 tail = [normalize_word(w.text) for w in self._in_buffer[-n:]]
