@@ -132,7 +132,7 @@ class ModelScheduler:
         self._model_s: dict[str, float] = {}  # per open session, on the event loop's side
         self._thread: threading.Thread | None = None
         self._adapter = getattr(transcriber, "adapter", None)  # --adapt-draft's idle-time trainer
-        self._outstanding = 0  # jobs submitted and not yet returned (event loop side)
+        self._outstanding = 0  # caption jobs (UPDATE, FINAL) submitted and not yet returned (event loop side)
         self.jobs_done = 0
         self.steps = 0  # decode steps (target passes shared by the running decodes)
         self.shared_steps = 0  # steps that carried more than one decode
@@ -157,20 +157,21 @@ class ModelScheduler:
                 self._thread = threading.Thread(target=self._work, name="model", daemon=True)
                 self._thread.start()
             self._cond.notify()
-        self._outstanding += 1
+        caption = job.priority < Priority.BACKGROUND
+        self._outstanding += caption
         try:
-            value = await job.future
+            return await job.future
         finally:
-            self._outstanding -= 1
-        if session_id in self._model_s:  # not forgotten meanwhile
-            self._model_s[session_id] += job.model_s
-        return value
+            self._outstanding -= caption
+            if session_id in self._model_s:  # not forgotten meanwhile; a job that raised used the model too
+                self._model_s[session_id] += job.model_s
 
     @property
     def load(self) -> Load:
         """The current load (pipeline/load.py): the smoothed turnaround of caption jobs, or the wait of the
         oldest caption job still waiting if that is longer (a burst of jobs shows at once, not only as
-        they finish); no lag while no job is waiting or running."""
+        they finish); no lag while no caption job is waiting or running (background work alone, a translation or
+        a REST upload, keeps the lag the last caption job left otherwise: busy for new sessions, for nothing)."""
         if not self._outstanding:
             return Load()
         with self._cond:
@@ -351,7 +352,10 @@ class ModelScheduler:
                 decodes.cancel(tag)
                 del running[tag]
                 if job.program is not None:
-                    job.program.close()
+                    try:
+                        job.program.close()
+                    except Exception:  # its cleanup failed: the job is over all the same, for its session alone
+                        log.exception("session %s: a recalled job failed to close", job.session_id)
                 if forgotten:
                     _settle(job, cancel=True)
                 else:
@@ -380,6 +384,9 @@ class ModelScheduler:
             self._finish(job, started, value=stop.value)
         except Exception as exc:  # delivered to the session that asked
             self._finish(job, started, error=exc)
+        except BaseException as exc:  # delivered too, then the model thread's fault handler fails the rest
+            self._finish(job, started, error=exc)
+            raise
 
     def _finish(self, job: _Job, started: float, value: Any = None, error: BaseException | None = None) -> None:
         job.model_s += time.perf_counter() - started

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -517,3 +518,78 @@ def test_a_failing_adapter_is_turned_off_and_serving_goes_on():
 
     assert run(main()) == ("decoded a", "decoded a2")
     assert engine.adapter.done == 1
+
+
+def test_a_job_whose_program_fails_to_close_is_still_withdrawn_and_the_others_go_on():
+    """Recalling a running job closes its program; a program whose cleanup raised took the model thread down
+    (the job's awaiter hung, every other session's jobs failed, the scheduler closed)."""
+    engine = FakeEngine()
+
+    def messy(engine):
+        encoded = engine.encode("a")
+        try:
+            yield DecodeCall(encoded, DecodeRequest(max_new_tokens=10**6))
+        except GeneratorExit:
+            raise ValueError("cleanup failed") from None
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        recalled = asyncio.ensure_future(scheduler.run("a", messy))
+        other = asyncio.ensure_future(scheduler.run("b", job("b", 50)))
+        await asyncio.sleep(0.1)
+        scheduler.withdraw("a", Priority.UPDATE, running=True)
+        assert await recalled is WITHDRAWN
+        assert await other == "decoded b"
+        assert await scheduler.run("c", job("c", 1)) == "decoded c"  # still serving
+        await scheduler.close()
+
+    run(main())
+
+
+def test_a_job_that_raised_still_counts_its_model_time():
+    engine = FakeEngine()
+
+    def failing(engine):
+        encoded = engine.encode("x")
+        time.sleep(0.05)  # model work done before the fault
+        yield DecodeCall(encoded, DecodeRequest(max_new_tokens=1))
+        raise ValueError("boom")
+
+    async def main():
+        scheduler = ModelScheduler(engine)
+        with pytest.raises(ValueError, match="boom"):
+            await scheduler.run("a", failing)
+        assert scheduler.model_seconds("a") >= 0.05
+        await scheduler.close()
+
+    run(main())
+
+
+def test_background_work_alone_shows_no_load():
+    """The lag is the caption jobs' turnaround: while only a translation or a REST upload (BACKGROUND) runs, the
+    lag the last caption jobs left must not keep the level up (new sessions refused as busy, for nothing)."""
+    engine = FakeEngine()
+
+    def slow_update(engine):
+        engine.encode("u")
+        time.sleep(0.3)
+        return "ok"
+
+    def long_background(engine):
+        encoded = engine.encode("bg")
+        for _ in range(40):
+            time.sleep(0.05)
+            yield DecodeCall(encoded, DecodeRequest(max_new_tokens=1))
+        return "bg done"
+
+    async def main():
+        scheduler = ModelScheduler(engine, SchedulerOptions(load=LoadPolicy(smoothing=1.0)))
+        background = asyncio.ensure_future(scheduler.run("rest", long_background, Priority.BACKGROUND))
+        await asyncio.sleep(0.01)
+        await asyncio.gather(*(scheduler.run(name, slow_update) for name in "abc"))
+        assert not background.done()
+        assert scheduler.load.level == 0 and scheduler.load.lag_s == 0.0
+        await background
+        await scheduler.close()
+
+    run(main())
