@@ -120,7 +120,7 @@ def _remainder(
 
     Whisper sometimes ends a window early (end-of-text after a timestamp) although speech goes
     on, most often when a clause ends within a second or two of the window's end; faster-whisper
-    then skips the rest of the window. Here the rest is decoded again (``_queue_rest``).
+    then skips the rest of the window. Here the rest is decoded again (``_queue_rests``).
     covered: window-relative end of the last segment (seconds).
     """
     cut = window.start + int(round(covered * SAMPLE_RATE))
@@ -132,18 +132,27 @@ def _remainder(
     return Window(cut, window.end, remainder=True)
 
 
-def _queue_rest(queue: collections.deque, index: int, depth: int, rest: Window, options: LongformOptions) -> None:
-    """Put a window's undecoded rest in the lane's queue. If the lane's next window follows
-    within ``max_gap`` and both fit in ``max_window``, the rest becomes the start of that window
-    (Whisper's seek: no extra encoding, and the cut phrase is decoded with what follows it);
-    otherwise it is decoded on its own, next."""
-    if queue:
-        n_index, n_depth, after = queue[0]
-        fits = after.end - rest.start <= int(options.max_window * SAMPLE_RATE)
-        if n_depth == 0 and fits and 0 <= after.start - rest.end <= int(options.max_gap * SAMPLE_RATE):
-            queue[0] = (n_index, 0, Window(rest.start, after.end, remainder=True))
-            return
-    queue.appendleft((index, depth + 1, rest))
+def _queue_rests(queue: collections.deque, index: int, depth: int, rests: dict[Task, Window], tasks: tuple[Task, ...],
+                 options: LongformOptions) -> None:
+    """Put a window's undecoded rests in the lane's queue: each task's from where that task's decode stopped
+    (rests: task -> Window; tasks that stopped at the same sample share one). A rest of every task may become
+    the start of the lane's next window, if that follows within ``max_gap`` and both fit in ``max_window``
+    (Whisper's seek: no extra encoding, and the cut phrase is decoded with what follows it); otherwise, and
+    always for the rest of some tasks only (the next window decodes every task from its start), it is
+    decoded on its own, next."""
+    by_start: dict[int, list] = {}
+    for task in tasks:
+        if task in rests:
+            by_start.setdefault(rests[task].start, []).append(task)
+    for start in sorted(by_start, reverse=True):  # appended left: the earliest is decoded first
+        todo, rest = tuple(by_start[start]), rests[by_start[start][0]]
+        if todo == tasks and queue:
+            n_index, n_depth, after, _ = queue[0]
+            fits = after.end - rest.start <= int(options.max_window * SAMPLE_RATE)
+            if n_depth == 0 and fits and 0 <= after.start - rest.end <= int(options.max_gap * SAMPLE_RATE):
+                queue[0] = (n_index, 0, Window(rest.start, after.end, remainder=True), tasks)
+                continue
+        queue.appendleft((index, depth + 1, rest, todo))
 
 
 @dataclass(frozen=True)
@@ -220,7 +229,8 @@ def lane_program(
 ) -> Generator[DecodeCall, WindowResult, LaneOutput]:
     """Decode ``windows`` (a stretch of plan.windows) in order, each conditioned on the lane's
     previous text; a window that Whisper ended early has its rest decoded again, at the start of
-    the lane's next window when it fits there (``_queue_rest``), else on its own right after it.
+    the lane's next window when it fits there (``_queue_rests``), else on its own right after it; with
+    --task both, each task's rest from where that task stopped.
     on_window(seconds): the audio seconds a finished window covered (for progress)."""
     tasks: tuple[Task, ...] = ("transcribe", "translate") if options.task == "both" else (options.task,)
     main_task: Task = "translate" if options.task == "translate" else "transcribe"
@@ -236,10 +246,10 @@ def lane_program(
     stats = SpecStats()
     t_enc = t_align = 0.0
     first_index = plan.windows.index(windows[0]) if windows else 0
-    queue = collections.deque((first_index + i, 0, w) for i, w in enumerate(windows))
+    queue = collections.deque((first_index + i, 0, w, tasks) for i, w in enumerate(windows))
     reached = 0  # sample up to which windows have been decoded (progress)
     while queue:
-        index, depth, window = queue.popleft()
+        index, depth, window, todo = queue.popleft()  # todo: the tasks this window is decoded for
         if index == 0 and depth == 0 and plan.first is not None:
             encoded = plan.first
         else:
@@ -253,7 +263,8 @@ def lane_program(
             # text in another language would pull this window's decode into it (German heard as English words)
             reset_at["transcribe"] = len(history["transcribe"])
         text_language = language
-        for task in tasks:
+        rests: dict[Task, Window] = {}
+        for task in todo:
             prompt: tuple[int, ...] = ()
             if options.condition_on_previous_text or (index, depth) == (first_index, 0):
                 prompt = tuple(history[task][reset_at[task] :][-223:])  # 448 // 2 - 1, like Whisper
@@ -287,10 +298,10 @@ def lane_program(
             history[task].extend(result.tokens)  # with timestamp tokens, as Whisper conditions
             if kept.temperature > options.prompt_reset_on_temperature:
                 reset_at[task] = len(history[task])
-            if task == main_task:
-                rest = _remainder(window, result.segments[-1].end, plan.chunks, options.min_remainder_speech)
-                if rest is not None:
-                    _queue_rest(queue, index, depth, rest, options)
+            rest = _remainder(window, result.segments[-1].end, plan.chunks, options.min_remainder_speech)
+            if rest is not None:
+                rests[task] = rest
+        _queue_rests(queue, index, depth, rests, tasks, options)
         if on_window is not None and depth == 0:
             on_window((window.end - max(window.start, reached)) / SAMPLE_RATE)  # a merged rest counted once
         reached = max(reached, window.end)

@@ -258,6 +258,30 @@ def test_word_timestamps_keep_each_segments_language_and_alternatives():
     assert [a.tokens for a in seg.alternatives] == [(0, 1), (0, 9)]
 
 
+def test_with_both_tasks_each_task_continues_from_where_it_stopped():
+    """--task both: the rest of a window was decided by the transcript alone, so a translation that stopped early
+    was never continued, and one that had gone further than the transcript repeated seconds in the rest. Each
+    task's rest now starts where that task's decode stopped."""
+    fake = FakeTranscriber(scripts={
+        (1, "transcribe"): Script(" a.", ((0.0, 20.0, " T0-20"),)),
+        (1, "translate"): Script(" x.", ((0.0, 20.0, " X0-20"), (20.0, 26.0, " X20-26"))),
+        (2, "transcribe"): Script(" b.", ((0.0, 9.5, " T-rest"),)),
+        (2, "translate"): Script(" y.", ((0.0, 3.5, " X-rest"),)),
+    })
+    tr = run(fake, [(0.0, 20.0), (20.0, 30.0)], 30.0, task="both", min_remainder_speech=1.0)
+    assert fake.encodes == [30.0, 10.0, 4.0]  # the window, the transcript's rest (20 s on), the translation's (26 s on)
+    assert [(x.start, x.end, x.text) for x in tr.segments] == [(0.0, 20.0, " T0-20"), (20.0, 29.5, " T-rest")]
+    assert [(x.start, x.end, x.text) for x in tr.translation] == [
+        (0.0, 20.0, " X0-20"), (20.0, 26.0, " X20-26"), (26.0, 29.5, " X-rest")]
+    only_translated = FakeTranscriber(scripts={
+        (1, "transcribe"): Script(" a.", ((0.0, 29.5, " T0-29.5"),)),
+        (1, "translate"): Script(" x.", ((0.0, 15.0, " X0-15"),)),
+    })
+    tr = run(only_translated, [(0.0, 30.0)], 30.0, task="both", min_remainder_speech=1.0)
+    assert [req.task for _, req in only_translated.requests] == ["transcribe", "translate", "translate"]
+    assert [(x.start, x.end) for x in tr.translation] == [(0.0, 15.0), (15.0, 30.0)]  # the rest translated too
+
+
 def test_early_end_of_window_decodes_the_rest_again():
     # the first decode covers only 0-4 s of a 25 s speech window; the rest is re-encoded at its real offset
     fake = FakeTranscriber(scripts={(1, "transcribe"): Script(" start.", ((0.0, 4.0, " start."),))})
