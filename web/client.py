@@ -79,6 +79,7 @@ async def stream_audio(
     (its finals) are still read until the server closes (`specscribe stream`'s Ctrl-C)."""
     import websockets
 
+    stop = stop if stop is not None else asyncio.Event()  # never set: every frame goes out
     if request.tail_silence > 0:
         audio = np.concatenate([audio, np.zeros(int(request.tail_silence * SAMPLE_RATE), dtype=np.float32)])
     pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype("<i2").tobytes()
@@ -118,12 +119,10 @@ async def stream_audio(
                 if request.speed > 0:  # pace: frame k leaves at k * chunk / speed
                     due = t0[0] + (offset / 2 / SAMPLE_RATE) / request.speed
                     delay = due - time.monotonic()
-                    if delay > 0 and stop is None:
-                        await asyncio.sleep(delay)
-                    elif delay > 0:  # a stop ends the wait at once
+                    if delay > 0:  # a stop ends the wait at once
                         with contextlib.suppress(asyncio.TimeoutError):
                             await asyncio.wait_for(stop.wait(), delay)
-                if receiver.done() or (stop is not None and stop.is_set()):  # the server closed early, or stopped
+                if receiver.done() or stop.is_set():  # the server closed early, or stopped
                     break
                 await ws.send(pcm[offset : offset + step])
                 sent[0] = offset + len(pcm[offset : offset + step])
