@@ -40,6 +40,8 @@ class EngineOptions:
             0 picks by compute type and device (models/compute.py pass_rows_for).
         query_block: attention query rows per call of such a pass (PassShape.query_block); 0 picks
             by compute type and device (models/compute.py query_block_for).
+        row_calls: "auto": a pass's row-wise work in whole calls where a probe finds this CPU's kernels give
+            a row the same bits at any row count (PassShape.whole), else in blocks; "blocks": always blocks.
         adapt_draft: train the draft online on the target's outputs, in idle time (models/adapt.py).
         adapt_save: where an adapted draft state is written each time one is swapped in.
         draft_policy: with draft auto, "measured" picks each decode's drafter by measured speed (a
@@ -55,6 +57,7 @@ class EngineOptions:
     threads: int = 0
     pass_rows: int = 0
     query_block: int = 0
+    row_calls: str = "auto"
     adapt_draft: bool = False
     adapt_save: str | None = None
     draft_policy: DraftPolicyName = "measured"

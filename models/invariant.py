@@ -62,11 +62,17 @@ class PassShape:
             row alone. Where a one-row query takes a slow kernel (torch's CPU bf16 attention: a
             1-row query costs 1.5-3 times a 4-row one, models/compute.py query_block_for), a
             block serves one row for less, and 4 rows for the price of one.
+        whole: row-wise work in calls of up to WHOLE_ROWS rows instead of blocks of ``rows``: each block
+            re-reads every weight, and a call over all rows reads them once (bf16, 160 rows, 2-core AMD
+            EPYC with AVX512-BF16: the output head 20 ms against 39 ms in blocks of 8). Only where the
+            machine's kernels give every row the same bits at any row count: None = probe at the first
+            pass that needs more than one call (``whole_calls_keep_bits``), then True or False.
     """
 
     rows: int = 16
     key_block: int = 64
     query_block: int = 1
+    whole: bool | None = False
 
     def __post_init__(self):
         if min(self.rows, self.key_block, self.query_block) < 1 or self.key_block % self.query_block:
@@ -85,6 +91,10 @@ class RowBlocks:
     and one call streams the weights once where blocks of ``size`` would stream them once a block
     (a 36-row prompt: 3 blocks). The other rows follow in blocks of ``size``, zero-padded.
 
+    With ``whole`` (PassShape.whole: this machine's kernels give a row the same bits at any multiple of
+    ``size`` rows), the rows are padded to a multiple of ``size`` and go through in calls of up to WHOLE_ROWS
+    rows, groups and all.
+
     Attributes:
         size: rows per block (0 = no blocking: the fast, shape-dependent path of draft decoders).
         rows: real rows of the pass.
@@ -92,9 +102,9 @@ class RowBlocks:
         padded: rows after padding (the groups, then a multiple of size).
     """
 
-    def __init__(self, size: int, rows: int, groups: Sequence[int] = ()):
-        self.size, self.rows = size, rows
-        self.groups = tuple(g for g in groups if g > 0) if size else ()
+    def __init__(self, size: int, rows: int, groups: Sequence[int] = (), whole: bool = False):
+        self.size, self.rows, self.whole = size, rows, whole
+        self.groups = tuple(g for g in groups if g > 0) if size and not whole else ()
         lead = sum(self.groups)
         if lead > rows:
             raise ValueError(f"groups of {lead} rows in a pass of {rows}")
@@ -110,11 +120,62 @@ class RowBlocks:
         """fn over x (padded, d_in) group by group, then block by block -> (padded, d_out)."""
         if not self.size or (x.shape[0] == self.size and not self.groups):
             return fn(x)
+        if self.whole:  # x.shape[0] a multiple of size, as WHOLE_ROWS is
+            outs = [fn(x[a : a + WHOLE_ROWS]) for a in range(0, x.shape[0], WHOLE_ROWS)]
+            return outs[0] if len(outs) == 1 else torch.cat(outs)
         bounds = list(itertools.accumulate(self.groups, initial=0))
         calls = list(zip(bounds, bounds[1:]))  # the groups, then the blocks
         calls += [(i, i + self.size) for i in range(bounds[-1], x.shape[0], self.size)]
         outs = [fn(x[a:b]) for a, b in calls]
         return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    @property
+    def calls(self) -> int:
+        """Calls per row-wise function in blocks (``map`` without ``whole``)."""
+        return len(self.groups) + (self.padded - sum(self.groups)) // self.size if self.size else 1
+
+
+# A row's output differs between kernels only where their sums round to other bf16 values, a few outputs in
+# 10^4: each row count is tried on calls that see at least this many outputs together.
+PROBE_OUTPUTS = 32768
+WHOLE_ROWS = 512  # rows per call of row-wise work with PassShape.whole (the largest count the probe tries)
+# Row counts the probe tries, in blocks (a whole call has a multiple of the block's rows): every count up to
+# 17 blocks, then around 32 and 64 (the kernels' blocking changes at powers of two), up to WHOLE_ROWS. One row
+# alone is never a whole call: fc2 (2048 -> 512) gives it other bits in bf16 on an AMD EPYC (AVX512-BF16).
+PROBE_BLOCKS = (*range(1, 18), 24, 31, 32, 33, 48, 63, 64)
+
+
+def probe_rows(size: int) -> tuple[int, ...]:
+    """The row counts whole_calls_keep_bits tries for blocks of size rows (WHOLE_ROWS a multiple of size)."""
+    return tuple(sorted({b * size for b in PROBE_BLOCKS if b * size <= WHOLE_ROWS} | {WHOLE_ROWS}))
+
+
+def whole_calls_keep_bits(
+    fns: Sequence[tuple[Callable[[torch.Tensor], torch.Tensor], int]],  # (row-wise function, input width)
+    size: int,
+    dtype: torch.dtype,
+    device: str | torch.device = "cpu",
+    counts: Sequence[int] | None = None,
+) -> bool:
+    """Whether every function gives each row of a call of n rows, for every n in counts (default
+    ``probe_rows(size)``), the bits it gets in blocks of ``size`` rows: a probe on random data (PassShape.whole
+    None; the answer is kept per machine, models/row_calls.py). It tries row counts, not proofs: the counts are
+    where kernels change, and the real-model tests (tests/integration/test_row_invariance.py, the lossless tests)
+    check the engine's passes."""
+    counts = probe_rows(size) if counts is None else counts
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for fn, width in fns:
+            x = torch.randn(1, width, generator=gen).to(device=device, dtype=dtype)
+            calls = -(-PROBE_OUTPUTS // fn(x).shape[-1])  # calls of one row that see PROBE_OUTPUTS outputs
+            n = -(-(max(counts) + calls) // size) * size
+            x = torch.randn(n, width, generator=gen).to(device=device, dtype=dtype)  # (n, width)
+            ref = RowBlocks(size, n).map(fn, x)  # (n, out)
+            for m in counts:
+                for a in range(0, max(1, -(-calls // m)) * m, m):
+                    if not torch.equal(fn(x[a : a + m]), ref[a : a + m]):
+                        return False
+    return True
 
 
 def attend(

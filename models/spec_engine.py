@@ -102,6 +102,8 @@ class SpecEngine:
     def __init__(self, folder: Path, options: EngineOptions):
         if options.draft_policy not in ("measured", "fixed"):
             raise ValueError(f"unknown draft policy {options.draft_policy!r}; choose measured or fixed")
+        if options.row_calls not in ("auto", "blocks"):
+            raise ValueError(f"unknown row calls {options.row_calls!r}; choose auto or blocks")
         folder = Path(folder)
         bin_path = folder / "model.bin"
         if not bin_path.is_file():
@@ -118,8 +120,11 @@ class SpecEngine:
         model, self.dims = load_whisper_model(folder, self.compute_type, self.device, str(options.model))
         self.model: WhisperModel = model  # already through prepare_model
         # every target pass runs at fixed shapes, so batching and drafting never change a row's bits
+        # (row-wise work in whole calls where a probe finds this CPU's kernels keep a row's bits at any row
+        # count: None = probe at first need; CUDA's libraries pick kernels by shape, so blocks there)
         shape = PassShape(rows=options.pass_rows or pass_rows_for(self.compute_type, self.device),
-                          query_block=options.query_block or query_block_for(self.compute_type, self.device))
+                          query_block=options.query_block or query_block_for(self.compute_type, self.device),
+                          whole=None if options.row_calls == "auto" and self.device == "cpu" else False)
         self.model.decoder.pass_shape = shape
         pack_decoder(self.model.decoder, shape.rows)  # prepacked weights for blocks of shape.rows
         pack_encoder(self.model.encoder, self.dims.n_audio_ctx)  # prepacked, gelu fused (30 s windows)

@@ -28,6 +28,7 @@ self-attention, cross-attention and MLP, and knows nothing about its index in th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -208,6 +209,12 @@ class TextDecoder(nn.Module):
         ids = [parts[j].tokens[i] for j, i in order]
         device = self.positional_embedding.device
         blocks = RowBlocks(shape.rows if shape is not None else 0, len(ids), lead)
+        if shape is not None and shape.whole is None and blocks.calls > 1:  # probed once, at first need
+            from specscribe.models.row_calls import whole_calls_ok
+
+            shape = self.pass_shape = dataclasses.replace(shape, whole=whole_calls_ok(self, shape.rows))
+        if shape is not None and shape.whole:  # row-wise work in whole calls (PassShape.whole)
+            blocks = RowBlocks(shape.rows, len(ids), whole=True)
         with torch.inference_mode():
             pos = torch.tensor([seqs[j].start + i for j, i in order], device=device)  # (R,)
             x = self.token_embedding(torch.tensor(ids, dtype=torch.long, device=device))  # (R, d)
@@ -226,7 +233,7 @@ class TextDecoder(nn.Module):
             wanted = [_row_index(s.rows, device)[p.logits_from :] for s, p in zip(seqs, parts)]
             index = torch.cat(wanted)  # (N,)
             if len(index):
-                heads = RowBlocks(blocks.size, len(index))
+                heads = RowBlocks(blocks.size, len(index), whole=blocks.whole)
                 normed = heads.map(self.ln, heads.pad(x.index_select(0, index)))  # (N_pad, d)
                 logits = heads.map(self.proj, normed)[: len(index)].float().split([len(w) for w in wanted])
                 hidden = normed[: len(index)].split([len(w) for w in wanted])

@@ -103,18 +103,18 @@ class Engines:
         self.model, self.threads, self.device, self.loaded, self.load_s = model, threads, device, {}, {}
 
     def get(self, compute_type: str, draft: str):
-        """compute_type may carry the pass block and the query block, "bfloat16:8" or "bfloat16:8:4"
-        (EngineOptions.pass_rows, query_block; 0 = the default)."""
+        """compute_type may carry the pass block, the query block and the row calls, "bfloat16:8",
+        "bfloat16:8:4" or "bfloat16:0:0:blocks" (EngineOptions.pass_rows, query_block, row_calls; 0 = the default)."""
         if (compute_type, draft) not in self.loaded:
             from specscribe.models.engines import EngineOptions
             from specscribe.models.registry import resolve_model
             from specscribe.models.spec_engine import SpecEngine
 
             started = time.perf_counter()
-            name, rows, query = (compute_type.split(":") + ["", ""])[:3]
+            name, rows, query, calls = (compute_type.split(":") + ["", "", ""])[:4]
             options = EngineOptions(
                 engine="spec", model=self.model, device=self.device, compute_type=name, draft=draft, threads=self.threads,
-                pass_rows=int(rows or 0), query_block=int(query or 0),
+                pass_rows=int(rows or 0), query_block=int(query or 0), row_calls=calls or "auto",
             )
             self.loaded[compute_type, draft] = SpecEngine(resolve_model(self.model), options)
             self.load_s[f"{compute_type}/{draft}"] = round(time.perf_counter() - started, 2)
@@ -196,7 +196,8 @@ def bench_pass_ms(engines: Engines, types: list[str], rows: list[int], seqs: lis
         log(f"pass_ms: round {rnd + 1}/{repeat} done")
     shapes = {ct: setups[ct][0].pass_shape for ct in types}
     report = {"passes_per_sample": PASSES, "windows": names, "block_rows": {ct: s.rows for ct, s in shapes.items()},
-              "query_block": {ct: s.query_block for ct, s in shapes.items()}}
+              "query_block": {ct: s.query_block for ct, s in shapes.items()},
+              "whole_calls": {ct: s.whole for ct, s in shapes.items()}}
     for table, sizes in (("by_rows", rows), ("by_sequences", seqs), ("by_prompt", prompts)):
         report[table] = {
             ct: {m: {str(n): summary(samples[table, ct, m, n]) for n in sizes} for m in MODES} for ct in types
@@ -487,7 +488,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="-", help="JSON output path (default: stdout)")
     p.add_argument("--repeat", type=int, default=3, help="interleaved rounds per section")
     p.add_argument("--sections", default="pass_ms,throughput,engines", help="comma list of " + ", ".join(SECTIONS))
-    p.add_argument("--compute-types", default="float32,bfloat16", help="compute types of pass_ms; TYPE:N sets the pass block to N rows, TYPE:N:Q the query block to Q")
+    p.add_argument("--compute-types", default="float32,bfloat16", help="compute types of pass_ms; TYPE:N sets the pass block to N rows, TYPE:N:Q the query block to Q, TYPE:0:0:blocks the row calls (0: default)")
     p.add_argument("--spec-compute", default="auto", help="compute type of throughput and engines")
     p.add_argument("--threads", type=int, default=0, help="threads for both engines (0: library default)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the spec engine runs")

@@ -31,6 +31,9 @@ def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--devic
                    "target pass (0: by CPU and compute type; docs/ARCHITECTURE.md)")
     g.add_argument("--query-block", type=_query_block, default=0, metavar="N", help="spec engine: attention query "
                    "rows per call of a target pass, 1-64 dividing 64 (0: by CPU and compute type)")
+    g.add_argument("--row-calls", default="auto", choices=("auto", "blocks"), help="spec engine: auto runs a target "
+                   "pass's linears over all its rows at once where a probe finds this CPU gives each row the same "
+                   "bits at any row count, else in blocks of --pass-rows; blocks: always blocks (default: %(default)s)")
     g.add_argument("--adapt-draft", action="store_true",
                    help="keep training the draft on the target's own outputs in idle time (speed only: "
                    "the text never changes; docs/draft_model.md)")
@@ -59,7 +62,8 @@ def engine_options(args: argparse.Namespace):
     return EngineOptions(
         engine=args.engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
         draft=args.draft, draft_model=args.draft_model, draft_policy=args.draft_policy, threads=args.threads,
-        pass_rows=args.pass_rows, query_block=args.query_block, adapt_draft=args.adapt_draft,
+        pass_rows=args.pass_rows, query_block=args.query_block, row_calls=args.row_calls,
+        adapt_draft=args.adapt_draft,
         adapt_save=args.adapt_save,
     )
 

@@ -29,7 +29,8 @@ DTYPES = [torch.float32, torch.bfloat16]
 DECODERS = DTYPES + (["int8"] if int8_fast() else [])
 
 
-def _decoder(dtype: torch.dtype | str, rows: int = 8, packed: bool = True, query_block: int = 1):
+def _decoder(dtype: torch.dtype | str, rows: int = 8, packed: bool = True, query_block: int = 1,
+             whole: bool | None = False):
     torch.manual_seed(0)
     model = WhisperModel(DIMS).eval()
     with torch.no_grad():
@@ -39,7 +40,7 @@ def _decoder(dtype: torch.dtype | str, rows: int = 8, packed: bool = True, query
         quantize_decoder(model.decoder)
         dtype = torch.float32
     model = model.to(dtype)
-    model.decoder.pass_shape = PassShape(rows=rows, key_block=16, query_block=query_block)
+    model.decoder.pass_shape = PassShape(rows=rows, key_block=16, query_block=query_block, whole=whole)
     if packed:
         pack_decoder(model.decoder, rows)
     encs = [torch.randn(1, DIMS.n_audio_ctx, DIMS.n_audio_state).to(dtype) for _ in range(4)]
@@ -50,8 +51,11 @@ def _decoder(dtype: torch.dtype | str, rows: int = 8, packed: bool = True, query
 @pytest.mark.parametrize("companions", [1, 7, 31])
 @pytest.mark.parametrize("rows, query_block", [(8, 1), (8, 4), (16, 1)])  # the shapes models/compute.py picks
 @pytest.mark.parametrize("prompt_len", [3, 21])  # a prompt within a block, and one over a block
-def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, rows, query_block, prompt_len):
-    decoder, encs = _decoder(dtype, rows=rows, query_block=query_block)
+@pytest.mark.parametrize("whole", [False, None])  # blocks; whole calls where this machine's probe allows them
+def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, rows, query_block, prompt_len, whole,
+                                                            tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSCRIBE_HOME", str(tmp_path))  # the probe's answer (models/row_calls.py) kept there
+    decoder, encs = _decoder(dtype, rows=rows, query_block=query_block, whole=whole)
     rng = random.Random(companions)
     prompt, text = list(range(1, prompt_len + 1)), [rng.randrange(DIMS.n_vocab) for _ in range(12)]
     alone = decoder.session(encs[0])
@@ -65,6 +69,7 @@ def test_a_row_alone_equals_the_row_among_random_companions(dtype, companions, r
         parts.append(PassPart(other, [rng.randrange(DIMS.n_vocab) for _ in range(rng.randint(1, 5))]))
     rng.shuffle(parts)
     got = decoder.run_pass(parts)[[p.session for p in parts].index(main)].logits
+    assert decoder.pass_shape.whole in (True, False)  # probed (whole None) at the first pass of several calls
     for i, row in enumerate(want):
         assert torch.equal(got[i], row), f"row {i} differs by {(got[i] - row).abs().max()}"
 
@@ -114,6 +119,29 @@ def test_row_blocks_pad_and_map():
     out = grouped.map(lambda b: seen.append(b.shape[0]) or b * 2, grouped.pad(torch.ones(14, 3)))
     assert seen == [5, 3, 4, 4] and out.shape == (16, 3)
     assert RowBlocks(0, 14, groups=(5,)).groups == ()  # no blocking, no groups
+
+
+def test_whole_row_blocks_pad_to_a_multiple_of_the_block_and_call_once_per_chunk():
+    grouped = RowBlocks(4, 14, groups=(5, 0, 3), whole=True)  # groups need no call of their own
+    assert grouped.padded == 16 and grouped.groups == ()
+    seen = []
+    out = grouped.map(lambda b: seen.append(b.shape[0]) or b * 2, grouped.pad(torch.ones(14, 3)))
+    assert seen == [16] and torch.equal(out, torch.full((16, 3), 2.0).index_fill(0, torch.arange(14, 16), 0))
+    big = RowBlocks(8, 1000, whole=True)
+    seen.clear()
+    big.map(lambda b: seen.append(b.shape[0]) or b, big.pad(torch.ones(1000, 2)))
+    assert big.padded == 1000 and seen == [invariant.WHOLE_ROWS, 1000 - invariant.WHOLE_ROWS]
+    assert RowBlocks(4, 14, groups=(5, 0, 3)).calls == 4 and RowBlocks(4, 3).calls == 1
+
+
+def test_the_whole_calls_probe_finds_a_function_whose_rows_depend_on_the_row_count():
+    exact = [(lambda b: b * 2, 16), (lambda b: b[:, :4] - 1, 16)]  # row-wise, exact in any call
+    assert invariant.whole_calls_keep_bits(exact, 8, torch.bfloat16)
+    assert 24 in invariant.probe_rows(8) and 8 in invariant.probe_rows(8) and max(invariant.probe_rows(8)) == 512
+    assert all(n % 16 == 0 for n in invariant.probe_rows(16))
+    for fn in (lambda b: b * b.shape[0], lambda b: b + (b.shape[0] == 24)):  # every count; one count alone
+        assert not invariant.whole_calls_keep_bits([*exact, (fn, 16)], 8, torch.float32)
+    assert not invariant.whole_calls_keep_bits([(lambda b: b + (b.shape[0] == 1), 16)], 1, torch.float32)
 
 
 @pytest.mark.parametrize("query_block", [1, 4])
