@@ -82,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
     batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
     if args.workers < 1 or args.max_line_width < 1 or batch_size < 1 or args.max_line_count < 0 or args.threads < 0:
         return _fail("--workers, --batch-size and --max-line-width must be >= 1; --max-line-count and --threads >= 0")
+    from specscribe.commands.engine_args import non_finite
+
+    if problem := non_finite(args, ("patience", "length_penalty")):  # nan passed `patience <= 0`, then a traceback
+        return _fail(problem)
     if args.beam_size < 1 or args.best_of < 1 or args.n_best < 1 or args.patience <= 0:
         return _fail("--beam-size, --best-of and --n-best must be >= 1, --patience > 0")
     if args.n_best > args.beam_size:

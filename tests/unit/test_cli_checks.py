@@ -1,4 +1,4 @@
-"""The one-line errors of `live`, `serve` and `stream` for bad options and outputs, before any model loads or any
+"""The one-line errors of `live`, `serve`, `stream` and `transcribe` for bad options and outputs, before any model loads or any
 server starts (nothing here loads weights or binds a port)."""
 
 from __future__ import annotations
@@ -65,6 +65,13 @@ def test_live_and_serve_reject_negative_threads(no_model, wav, capsys):
     one_error_line(capsys, "--threads")
     with pytest.raises(GotPastTheChecks):  # 0 is the library default: accepted
         main(["live", "--input", str(wav), "--threads", "0"])
+
+
+@pytest.mark.parametrize("flag, value", [("--patience", "nan"), ("--patience", "inf"), ("--length-penalty", "nan"),
+                                         ("--patience", "0")])
+def test_transcribe_rejects_a_non_finite_patience_or_length_penalty(no_model, wav, capsys, flag, value):
+    assert main(["transcribe", str(wav), "--beam-size", "2", flag, value]) == 2
+    one_error_line(capsys, "--patience" if value == "0" else flag)
 
 
 @pytest.mark.parametrize("speed", ["nan", "inf", "-1"])
