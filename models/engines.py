@@ -41,7 +41,8 @@ class EngineOptions:
         query_block: attention query rows per call of such a pass (PassShape.query_block); 0 picks
             by compute type and device (models/compute.py query_block_for).
         row_calls: "auto": a pass's row-wise work in whole calls where a probe finds this CPU's kernels give
-            a row the same bits at any row count (PassShape.whole), else in blocks; "blocks": always blocks.
+            a row the same bits at any multiple of pass_rows rows (PassShape.whole), else in blocks; "blocks":
+            always blocks.
         adapt_draft: train the draft online on the target's outputs, in idle time (models/adapt.py).
         adapt_save: where an adapted draft state is written each time one is swapped in.
         draft_policy: with draft auto, "measured" picks each decode's drafter by measured speed (a

@@ -65,8 +65,8 @@ class PassShape:
         whole: row-wise work in calls of up to WHOLE_ROWS rows instead of blocks of ``rows``: each block
             re-reads every weight, and a call over all rows reads them once (bf16, 160 rows, 2-core AMD
             EPYC with AVX512-BF16: the output head 20 ms against 39 ms in blocks of 8). Only where the
-            machine's kernels give every row the same bits at any row count: None = probe at the first
-            pass that needs more than one call (``whole_calls_keep_bits``), then True or False.
+            machine's kernels give every row the same bits at any multiple of ``rows`` rows: None = probe
+            at the first pass that needs more than one call (``whole_calls_keep_bits``), then True or False.
     """
 
     rows: int = 16

@@ -120,8 +120,8 @@ class SpecEngine:
         model, self.dims = load_whisper_model(folder, self.compute_type, self.device, str(options.model))
         self.model: WhisperModel = model  # already through prepare_model
         # every target pass runs at fixed shapes, so batching and drafting never change a row's bits
-        # (row-wise work in whole calls where a probe finds this CPU's kernels keep a row's bits at any row
-        # count: None = probe at first need; CUDA's libraries pick kernels by shape, so blocks there)
+        # (row-wise work in whole calls where a probe finds this CPU's kernels keep a row's bits at any multiple
+        # of the block: None = probe at first need; CUDA's libraries pick kernels by shape, so blocks there)
         shape = PassShape(rows=options.pass_rows or pass_rows_for(self.compute_type, self.device),
                           query_block=options.query_block or query_block_for(self.compute_type, self.device),
                           whole=None if options.row_calls == "auto" and self.device == "cpu" else False)

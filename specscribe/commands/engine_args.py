@@ -33,7 +33,8 @@ def add_engine_args(parser: argparse.ArgumentParser, device_flag: str = "--devic
                    "rows per call of a target pass, 1-64 dividing 64 (0: by CPU and compute type)")
     g.add_argument("--row-calls", default="auto", choices=("auto", "blocks"), help="spec engine: auto runs a target "
                    "pass's linears over all its rows at once where a probe finds this CPU gives each row the same "
-                   "bits at any row count, else in blocks of --pass-rows; blocks: always blocks (default: %(default)s)")
+                   "bits at any multiple of --pass-rows rows, else in blocks of --pass-rows; blocks: always blocks "
+                   "(default: %(default)s)")
     g.add_argument("--adapt-draft", action="store_true",
                    help="keep training the draft on the target's own outputs in idle time (speed only: "
                    "the text never changes; docs/draft_model.md)")
