@@ -325,8 +325,9 @@ class StreamSession:
             fixes = DecodeFixes(o.retry_loops, o.continue_skipped, o.speech_onsets)
             frames = self._vad.speech_frames(start, end) if o.continue_skipped or o.speech_onsets else None
             speech = None if frames is None else (frames - start) / SAMPLE_RATE  # (m,) seconds into the window
+            pad = self.scheduler.load.encoder_pad(o.encoder_pad, o.loaded_encoder_pad)  # shorter under load
             job = transcribe_job(audio, start / SAMPLE_RATE, self._request(seconds), prompt, draft_text,
-                                 o.encoder_pad, detect, o.languages, speech,
+                                 pad, detect, o.languages, speech,
                                  max(window.detect_from - start / SAMPLE_RATE, 0.0), fixes)
             priority = Priority.FINAL if final else Priority.UPDATE
             self._updating = not final

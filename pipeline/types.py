@@ -101,6 +101,9 @@ class StreamOptions:
             encodes buffer + pad instead of Whisper's full 30 s window (several times cheaper for
             short buffers; under ~2 s Whisper starts repeating itself). 30 or more: the full window,
             as batch transcription does (slower, the batch transcript's exact setting).
+        loaded_encoder_pad: under load (level 2 and up, pipeline/load.py) decodes get at most this much
+            padding: a cheaper encode for every session while the model cannot keep up; None: encoder_pad
+            at every level.
         beam_size: beam search width of the decodes (1: greedy; beams are rows of one pass, no drafts).
         n_best: `final` events carry up to this many alternative texts (1: none); <= beam_size.
         hotwords: words to favour (faster-whisper's hotwords: a prompt after <|startofprev|>).
@@ -150,6 +153,7 @@ class StreamOptions:
     keep_context: float = 8.0
     vad: bool = True
     encoder_pad: float = 5.0
+    loaded_encoder_pad: float | None = 2.0
     hold_unsure: bool = True
     pause_probability: float = 0.8
     beam_size: int = 1

@@ -70,8 +70,8 @@ def engine_options(args: argparse.Namespace):
 
 
 def add_streaming_args(group) -> None:
-    """--update-interval, --agree-gap, --settle-after, --encoder-pad and --pause-commit (StreamOptions), for live
-    and serve."""
+    """--update-interval, --agree-gap, --settle-after, --encoder-pad, --loaded-encoder-pad and --pause-commit
+    (StreamOptions), for live and serve."""
     group.add_argument("--update-interval", type=float, default=0.5, help="seconds of audio between updates")
     group.add_argument("--agree-gap", type=float, default=0.0, metavar="SECONDS",
                        help="a word is final once two hypotheses at least this much audio apart agree on it "
@@ -83,6 +83,10 @@ def add_streaming_args(group) -> None:
     group.add_argument("--encoder-pad", type=float, default=5.0, metavar="SECONDS",
                        help="each update encodes the buffer plus this much padding instead of a 30 s window "
                        "(faster; 30 = the full window, as batch transcription; default: %(default)s)")
+    group.add_argument("--loaded-encoder-pad", type=float, default=2.0, metavar="SECONDS",
+                       help="while the model cannot keep up (load level 2 and up), decodes encode at most this much "
+                       "padding, a cheaper encode for every session (0: --encoder-pad at every level; default: "
+                       "%(default)s)")
     group.add_argument("--pause-commit", type=float, default=0.0, metavar="SECONDS",
                        help="after this much silence (e.g. 0.3) the words so far are final, before the VAD ends "
                        "the utterance (0: wait for its end, the default)")
@@ -109,18 +113,19 @@ def non_finite(args, flags) -> str | None:
 def check_streaming_args(args) -> str | None:
     """What is wrong with the add_streaming_args flags, in the words of the error to print; None if nothing."""
     if (problem := non_finite(args, ("update_interval", "agree_gap", "settle_after", "encoder_pad",
-                                     "pause_commit"))) is not None:
+                                     "loaded_encoder_pad", "pause_commit"))) is not None:
         return problem
     if not 0 < args.update_interval <= 5:
         return "--update-interval must be in (0, 5] seconds"
     if not 0 <= args.agree_gap <= 5:
         return "--agree-gap must be in [0, 5] seconds"
-    for flag in ("settle_after", "encoder_pad", "pause_commit"):
+    for flag in ("settle_after", "encoder_pad", "loaded_encoder_pad", "pause_commit"):
         if getattr(args, flag) < 0:
             return f"--{flag.replace('_', '-')} must be 0 or more"
     return None
 
 
 def seconds_or_off(seconds: float) -> float | None:
-    """A StreamOptions duration from a flag where 0 means off (--settle-after, --pause-commit): None for 0."""
+    """A StreamOptions duration from a flag where 0 means off (--settle-after, --loaded-encoder-pad, --pause-commit):
+    None for 0."""
     return seconds if seconds > 0 else None

@@ -131,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         agree_gap=args.agree_gap,
         settle_after=seconds_or_off(args.settle_after),
         encoder_pad=args.encoder_pad,
+        loaded_encoder_pad=seconds_or_off(args.loaded_encoder_pad),
         pause_commit=seconds_or_off(args.pause_commit),
         draft=args.draft != "none",
         beam_size=args.beam_size,

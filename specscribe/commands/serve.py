@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         security=SecurityOptions(api_key=api_key, allowed_origins=tuple(args.allowed_origin)),
         stream_defaults=replace(StreamOptions(), update_interval=args.update_interval, agree_gap=args.agree_gap,
                                 settle_after=seconds_or_off(args.settle_after), encoder_pad=args.encoder_pad,
+                                loaded_encoder_pad=seconds_or_off(args.loaded_encoder_pad),
                                 pause_commit=seconds_or_off(args.pause_commit)),
         max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
         max_upload_seconds=args.max_upload_hours * 3600.0,

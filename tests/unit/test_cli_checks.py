@@ -42,7 +42,7 @@ def one_error_line(capsys, *words: str) -> str:
 
 @pytest.mark.parametrize("flag, value", [
     ("--encoder-pad", "nan"), ("--settle-after", "inf"), ("--pause-commit", "nan"), ("--agree-gap", "nan"),
-    ("--update-interval", "nan"),
+    ("--update-interval", "nan"), ("--loaded-encoder-pad", "nan"), ("--loaded-encoder-pad", "-1"),
 ])
 def test_live_and_serve_reject_non_finite_streaming_options(no_model, wav, capsys, flag, value):
     assert main(["live", "--input", str(wav), flag, value]) == 2

@@ -959,6 +959,19 @@ def test_from_load_level_2_decodes_drop_the_kept_context():
     assert reach_back(windows[2]) < 0.05
 
 
+@pytest.mark.parametrize("level, loaded, want", [(0, 2.0, 5.0), (1, 2.0, 5.0), (2, 2.0, 2.0), (3, 2.0, 2.0),
+                                                 (3, None, 5.0), (2, 8.0, 5.0)])
+def test_from_load_level_2_decodes_encode_a_shorter_padding(level, loaded, want):
+    """Under load each decode encodes its audio plus loaded_encoder_pad (Load.encoder_pad), never more than
+    encoder_pad: a cheaper encode for every session; below level 2, and with None, encoder_pad."""
+    script = make_script(10)
+    options = StreamOptions(vad=False, encoder_pad=5.0, loaded_encoder_pad=loaded)
+    events, tr = run_session(noise(7), script, options, level=level)
+    assert finals_text(events) == [w for w, _, _ in script]
+    pads = {round(window - dur, 3) for window, (_, dur) in zip(tr.encoder_windows, tr.windows)}
+    assert pads == {want}
+
+
 class SlowTranscriber(FakeTranscriber):
     """Each decode takes `delay` seconds of the session's clock: a CPU too slow for the model."""
 
