@@ -64,8 +64,7 @@ def engine_options(args: argparse.Namespace):
         engine=args.engine, model=args.model, device=args.model_device, compute_type=args.compute_type,
         draft=args.draft, draft_model=args.draft_model, draft_policy=args.draft_policy, threads=args.threads,
         pass_rows=args.pass_rows, query_block=args.query_block, row_calls=args.row_calls,
-        adapt_draft=args.adapt_draft,
-        adapt_save=args.adapt_save,
+        adapt_draft=args.adapt_draft, adapt_save=args.adapt_save,
     )
 
 
