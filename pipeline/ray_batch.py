@@ -111,27 +111,29 @@ class FileTranscriber:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
         rows = [{k: batch[k][i] for k in batch} for i in range(len(batch["index"]))]
-        results: dict[str, tuple[str, float]] = {}
+        # by the row's index: two inputs can share a display name (the same file given twice; their stems differ)
+        results: dict[int, tuple[str, float]] = {}
         good = [r for r in rows if not r["error"]]
         items = [row_item(r) for r in good]
         audio = {item: np.asarray(r["audio"], dtype=np.float32) for item, r in zip(items, good)}
+        index = {item: int(r["index"]) for item, r in zip(items, good)}
 
         def report(item: InputItem, transcript, reason: str) -> None:
-            results[item.display] = (reason, 0.0) if transcript is None else ("", transcript.duration)
+            results[index[item]] = (reason, 0.0) if transcript is None else ("", transcript.duration)
 
         _FileRun(self.transcriber, self.options, None, report).run(
             items, [float(r["after"]) for r in good], audio.__getitem__
         )
         for r in rows:
             if r["error"]:
-                results[r["display"]] = (str(r["error"]), 0.0)
+                results[int(r["index"])] = (str(r["error"]), 0.0)
         missing = ("the batch ended without a result for this file", 0.0)  # never expected: fail it, visibly
-        results = {str(r["display"]): results.get(str(r["display"]), missing) for r in rows}
+        outcome = [results.get(int(r["index"]), missing) for r in rows]
         return {
             "index": [int(r["index"]) for r in rows],
             "display": [str(r["display"]) for r in rows],
-            "error": [results[r["display"]][0] for r in rows],
-            "seconds": [results[r["display"]][1] for r in rows],
+            "error": [error for error, _ in outcome],
+            "seconds": [seconds for _, seconds in outcome],
             "worker": [os.getpid()] * len(rows),
         }
 

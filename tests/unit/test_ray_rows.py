@@ -75,3 +75,34 @@ def test_skip_existing_skips_on_the_driver_without_starting_ray(monkeypatch, tmp
     report = run_ray_batch([InputItem("a.wav", clip, Path("a"))], options, RayOptions())
     assert (report.done, report.failed, report.skipped) == (0, 0, 1) and not started
     assert (out / "a.txt").read_text() == "done before\n"
+
+
+def test_an_actor_reports_each_row_even_when_two_inputs_share_a_display_name(monkeypatch, tmp_path):
+    """The same file given twice: two rows, one display name, two stems (pipeline/inputs.py). Each row gets its
+    own outcome (they were keyed by the display name: one file's result stood for both)."""
+    from types import SimpleNamespace
+
+    from specscribe.pipeline import ray_batch
+
+    clip = _wav(tmp_path / "a.wav", 1.0)
+    items = [InputItem("a.wav", clip, Path("a.1")), InputItem("a.wav", clip, Path("a.2")),
+             InputItem("b.wav", tmp_path / "missing.wav", Path("b"))]
+    rows = [decode_row(r) for r in file_rows(items, [1.0, 1.0, 1.0])]
+
+    class OneFails:  # the first file transcribes, the second fails on its own
+        def __init__(self, transcriber, options, progress, report):
+            self.report = report
+
+        def run(self, items, after, load):
+            assert [i.stem for i in items] == [Path("a.1"), Path("a.2")] and len(load(items[0])) == 16000
+            self.report(items[0], SimpleNamespace(duration=1.0), "")
+            self.report(items[1], None, "decode failed")
+
+    monkeypatch.setattr(ray_batch, "_FileRun", OneFails)
+    actor = ray_batch.FileTranscriber.__new__(ray_batch.FileTranscriber)  # no engine: _FileRun is the fake
+    actor.options, actor.transcriber = None, None
+    batch = {k: np.array([r[k] for r in rows], dtype=object) for k in rows[0]}
+    out = actor(batch)
+    assert out["index"] == [0, 1, 2] and out["display"] == ["a.wav", "a.wav", "b.wav"]
+    assert out["error"][:2] == ["", "decode failed"] and out["seconds"][:2] == [1.0, 0.0]
+    assert out["error"][2] == "no such file" and out["seconds"][2] == 0.0  # b's own read error
