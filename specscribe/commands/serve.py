@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from specscribe.pipeline.scheduler import SchedulerOptions
     from specscribe.pipeline.types import StreamOptions
     from specscribe.web import protocol as P
-    from specscribe.web.security import API_KEY_ENV, SecurityOptions
+    from specscribe.web.security import API_KEY_ENV, SecurityOptions, is_loopback_host
     from specscribe.web.server import ServerOptions, bind_socket, create_app, serve
 
     if not 0 <= args.port <= 65535:
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if (problem := check_engine_args(args) or check_streaming_args(args)) is not None:
         return _fail(problem)
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    if not _is_loopback(args.host) and not api_key:
+    if not is_loopback_host(args.host) and not api_key:
         print(f"specscribe serve: warning: listening on {args.host} without an API key; anyone who can reach "
               f"this port can use the server (set --api-key or ${API_KEY_ENV})", file=sys.stderr)
     options = ServerOptions(
@@ -161,14 +161,3 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     return 0
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -96,3 +96,12 @@ def test_live_output_that_cannot_be_written_fails_before_the_model_loads(no_mode
         pytest.skip("running as root: a read-only file is writable")
     assert main(["live", "--input", str(wav), "--output", str(out)]) == 2
     one_error_line(capsys, "--output", str(out))
+
+
+@pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("192.0.2.7", True), ("127.0.0.1", False),
+                                          ("localhost", False), ("::1", False)])
+def test_serve_warns_of_a_non_loopback_address_without_an_api_key(no_model, capsys, monkeypatch, host, warned):
+    monkeypatch.delenv("SPECSCRIBE_API_KEY", raising=False)
+    with pytest.raises(GotPastTheChecks):
+        main(["serve", "--port", "0", "--host", host])
+    assert ("without an API key" in capsys.readouterr().err) == warned
